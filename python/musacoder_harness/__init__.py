@@ -1,0 +1,1 @@
+"""MusaCoder's executor harness: the trusted judge and the sandboxed candidate runner."""

@@ -1,0 +1,335 @@
+"""The sandboxed candidate process: loads ONE candidate and runs it on inputs the judge shares.
+
+It never sees reference outputs, does no comparison and owns no clock the judge trusts: its
+timings are cross-checked against the judge's wall clock. Started by the judge through
+`musacoder sandbox-exec` (no network, writes only under its scratch folder).
+Channel: length-prefixed JSON on two inherited file descriptors (protocol.py).
+"""
+import argparse
+import ctypes
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import threading
+import time
+import traceback
+
+from . import protocol
+
+
+def source_key(name, cpp_sources, cuda_sources, functions, extra_cflags, extra_cuda_cflags,
+               extra_ldflags, extra_include_paths, with_cuda):
+    """Same digest as LoadInlineCall::source_key() in src/eval/python_source.cc."""
+    def as_list(v):
+        if v is None:
+            return []
+        if isinstance(v, str):
+            return [v]
+        if isinstance(v, dict):
+            return list(v.keys())
+        return [str(x) for x in v]
+    cpp, cuda = as_list(cpp_sources), as_list(cuda_sources)
+    wc = bool(cuda) if with_cuda is None else bool(with_cuda)
+    parts = ["v1", name, "\x1f".join(cpp), "\x1f".join(cuda), "\x1f".join(as_list(functions)),
+             "\x1f".join(as_list(extra_cflags)), "\x1f".join(as_list(extra_cuda_cflags)),
+             "\x1f".join(as_list(extra_ldflags)), "\x1f".join(as_list(extra_include_paths)),
+             "1" if wc else "0"]
+    return hashlib.sha256("\x1e".join(parts).encode()).hexdigest()
+
+
+class MCTensor(ctypes.Structure):  # include/musacoder/native_abi.h: mc_tensor
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * 8), ("strides", ctypes.c_int64 * 8),
+                ("on_host", ctypes.c_int32), ("reserved", ctypes.c_int32)]
+
+
+class Candidate:
+    def __init__(self, device, share_dir, scratch):
+        import torch
+        from . import timing
+        self.torch = torch
+        self.device = torch.device(device)
+        self.cuda = self.device.type == "cuda"
+        self.share_dir = share_dir
+        self.scratch = scratch
+        self.flusher = timing.L2Flusher(self.device)
+        self.model = None
+        self.format = None
+        self.compile_path = "pool"
+        self.held = None
+
+    # ---- loading ----------------------------------------------------------------------
+    def load(self, msg):
+        torch = self.torch
+        from .inputs import seed_all
+        from .transport import dtype_from_name, open_value
+        dtype = dtype_from_name(msg["dtype"])
+        self.format = msg["format"]
+        self.dtype = dtype
+        if self.format == "native":
+            self._load_native(msg)
+        else:
+            self._install_fast_load_inline(msg.get("artifacts", {}))
+            spec = importlib.util.spec_from_file_location("candidate_solution", msg["solution_path"])
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["candidate_solution"] = module
+            spec.loader.exec_module(module)
+            if not hasattr(module, "ModelNew"):
+                raise RuntimeError("the solution defines no ModelNew")
+            init_inputs = [open_value(v, self.share_dir) for v in msg.get("init_inputs", [])]
+            seed_all(int(msg["seed"]))  # same seed as the reference: same initial weights
+            with torch.device(self.device):
+                model = module.ModelNew(*init_inputs)
+            model = model.to(self.device)
+            if dtype != torch.float32:
+                model = model.to(dtype)
+            self.model = model
+        self.threads_after_load = threading.active_count()
+        self._reserve_poisoned_memory(int(msg.get("reserve_bytes", 0)))
+        return {"op": "loaded", "compile_path": self.compile_path}
+
+    def _install_fast_load_inline(self, artifacts):
+        import torch.utils.cpp_extension as ce
+        original = ce.load_inline
+        cand = self
+
+        def load_inline(name, cpp_sources, cuda_sources=None, functions=None, extra_cflags=None,
+                        extra_cuda_cflags=None, extra_ldflags=None, extra_include_paths=None,
+                        build_directory=None, verbose=False, with_cuda=None, **kwargs):
+            key = source_key(name, cpp_sources, cuda_sources, functions, extra_cflags,
+                             extra_cuda_cflags, extra_ldflags, extra_include_paths, with_cuda)
+            path = artifacts.get(key)
+            if path:
+                loader = importlib.machinery.ExtensionFileLoader(name, path)
+                spec = importlib.util.spec_from_file_location(name, path, loader=loader)
+                mod = importlib.util.module_from_spec(spec)
+                loader.exec_module(mod)
+                return mod
+            # Not prebuilt (arguments the compile pool could not read statically): build here.
+            cand.compile_path = "runtime"
+            build = os.path.join(cand.scratch, "ext", key[:16])
+            os.makedirs(build, exist_ok=True)
+            return original(name, cpp_sources, cuda_sources=cuda_sources, functions=functions,
+                            extra_cflags=extra_cflags, extra_cuda_cflags=extra_cuda_cflags,
+                            extra_ldflags=extra_ldflags, extra_include_paths=extra_include_paths,
+                            build_directory=build, verbose=False, with_cuda=with_cuda, **kwargs)
+
+        ce.load_inline = load_inline
+
+    def _load_native(self, msg):
+        from .transport import open_tensor
+        torch = self.torch
+        lib = ctypes.CDLL(msg["so_path"])
+        fn = lib.mc_forward
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(MCTensor), ctypes.c_int, ctypes.POINTER(MCTensor),
+                       ctypes.c_int, ctypes.c_void_p]
+        self.native_fn = fn
+        self.native_params = [open_tensor(d, self.share_dir) for d in msg.get("params", [])]
+        self.output_specs = msg["output_specs"]
+        codes = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3,
+                 torch.int32: 4, torch.int64: 5, torch.int8: 6, torch.uint8: 7, torch.bool: 8,
+                 torch.int16: 9}
+        from .transport import dtype_from_name
+
+        def to_mc(t, keep):
+            m = MCTensor()
+            if isinstance(t, torch.Tensor):
+                m.data = t.data_ptr()
+                m.dtype = codes[t.dtype]
+                m.ndim = t.dim()
+                for i, (s, st) in enumerate(zip(t.shape, t.stride())):
+                    m.shape[i], m.strides[i] = s, st
+                m.on_host = 0 if t.is_cuda else 1
+            else:  # scalar inputs travel as 0-d host values
+                h = torch.tensor(t, dtype=torch.float64 if isinstance(t, float) else torch.int64)
+                keep.append(h)
+                m.data, m.dtype, m.ndim, m.on_host = h.data_ptr(), codes[h.dtype], 0, 1
+            return m
+
+        def forward(*inputs):
+            keep = []
+            args = list(inputs) + self.native_params
+            arr_in = (MCTensor * max(1, len(args)))(*[to_mc(a, keep) for a in args])
+            outs = []
+            for spec in self.output_specs:
+                o = torch.empty(spec["shape"], dtype=dtype_from_name(spec["dtype"]),
+                                device=self.device)
+                self._poison_tensor(o)
+                outs.append(o)
+            arr_out = (MCTensor * max(1, len(outs)))(*[to_mc(o, keep) for o in outs])
+            stream = torch.cuda.current_stream(self.device).cuda_stream if self.cuda else None
+            rc = self.native_fn(arr_in, len(args), arr_out, len(outs), stream)
+            if rc != 0:
+                raise RuntimeError(f"mc_forward returned {rc}")
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+        self.model = forward
+
+    # ---- poisoning: fresh output memory holds NaN, so unwritten elements fail ---------------
+    def _poison_tensor(self, t):
+        t.view(-1).view(self.torch.uint8).fill_(0xFF) if t.numel() else None
+
+    def _reserve_poisoned_memory(self, nbytes):
+        if not self.cuda or nbytes <= 0:
+            return
+        torch = self.torch
+        free, _ = torch.cuda.mem_get_info(self.device)
+        nbytes = min(nbytes, int(free * 0.4))
+        if nbytes > 0:
+            block = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
+            block.fill_(0xFF)
+            del block  # stays in the caching allocator: later allocations carve from it
+
+    def _poison_cached_blocks(self):
+        if not self.cuda:
+            return
+        torch = self.torch
+        sizes = []
+        for seg in torch.cuda.memory_snapshot():
+            if seg.get("device") != self.device.index:
+                continue
+            for b in seg.get("blocks", []):
+                if b.get("state") == "inactive":
+                    sizes.append(int(b["size"]))
+        held = []
+        for s in sorted(sizes, reverse=True):
+            t = torch.empty(s, dtype=torch.uint8, device=self.device)
+            t.fill_(0xFF)
+            held.append(t)
+        del held
+
+    # ---- running --------------------------------------------------------------------------
+    def _load_params(self, params):
+        from .transport import open_tensor
+        torch = self.torch
+        if self.format == "native":
+            self.native_params = [open_tensor(d, self.share_dir) for d in params]
+            return 0
+        state = dict(self.model.named_parameters())
+        state.update(dict(self.model.named_buffers()))
+        loaded = 0
+        with torch.no_grad():
+            for name, d in params.items():
+                if name in state and list(state[name].shape) == list(d["shape"]):
+                    state[name].copy_(open_tensor(d, self.share_dir))
+                    loaded += 1
+        return loaded
+
+    def run(self, msg):
+        from . import legality
+        from .compare import flatten_outputs
+        from .transport import describe, open_value
+        torch = self.torch
+        inputs = [open_value(d, self.share_dir) for d in msg["inputs"]]
+        params_loaded = None
+        if msg.get("params") is not None:
+            params_loaded = self._load_params(msg["params"])
+        self._poison_cached_blocks()
+        report = {}
+        threads_before = threading.active_count()
+        if msg.get("monitor") and self.format != "native":
+            rec = legality.OpRecorder()
+            with torch.no_grad(), rec:
+                out = self.model(*inputs)
+            report["forbidden_ops"] = legality.forbidden_ops(rec.ops)
+        else:
+            with torch.no_grad():
+                out = self.model(*inputs)
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        if msg.get("monitor") and self.cuda:
+            def again():
+                with torch.no_grad():
+                    self.model(*inputs)
+            own, library, streams = legality.classify_kernels(
+                legality.profile_kernels(again), set(msg.get("allow", [])))
+            report.update(own_kernels=own[:20], library_kernels=library[:20], streams=streams)
+        report["new_threads"] = max(0, threading.active_count() - threads_before,
+                                    threading.active_count() - self.threads_after_load)
+        outs = flatten_outputs(out)
+        descs = [describe(o.detach(), self.share_dir) for o in outs]
+        self.held = (out, inputs)
+        return {"op": "ran", "outputs": descs, "legality": report, "params_loaded": params_loaded,
+                "tuple": isinstance(out, (tuple, list))}
+
+    def warmup(self, msg):
+        from .timing import warm_up
+        from .transport import open_value
+        sets = [[open_value(d, self.share_dir) for d in s] for s in msg["input_sets"]]
+        with self.torch.no_grad():
+            warm_up(self.model, sets, self.device, int(msg.get("iters", 3)))
+        self.held = sets
+        return {"op": "warm"}
+
+    def time(self, msg, out_fd):
+        from .compare import flatten_outputs
+        from .timing import time_iterations
+        from .transport import describe, open_value
+        sets = [[open_value(d, self.share_dir) for d in s] for s in msg["input_sets"]]
+        with self.torch.no_grad():
+            times, last = time_iterations(self.model, sets, self.device, self.flusher,
+                                          int(msg["iters"]))
+        protocol.send(out_fd, {"op": "timed", "times_us": times})
+        descs = [[describe(o.detach(), self.share_dir) for o in flatten_outputs(l)] for l in last]
+        self.held = (sets, last)
+        return {"op": "timed_outputs", "outputs": descs}
+
+    def calibrate(self, msg):
+        from .timing import time_iterations
+        times, _ = time_iterations(lambda: None, [[]], self.device, self.flusher,
+                                   int(msg.get("iters", 30)))
+        return {"op": "calibrated", "times_us": times}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--in-fd", type=int, required=True)
+    ap.add_argument("--out-fd", type=int, required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--share-dir", required=True)
+    ap.add_argument("--scratch", required=True)
+    args = ap.parse_args()
+    in_fd, out_fd = args.in_fd, args.out_fd
+    os.dup2(2, 1)  # whatever the candidate prints goes to the log, never into the channel
+    t0 = time.monotonic()
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    if args.device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(args.device))
+        torch.zeros(1, device=args.device)  # create the context now, not inside a trial
+    cand = Candidate(args.device, args.share_dir, args.scratch)
+    protocol.send(out_fd, {"op": "ready", "pid": os.getpid(),
+                           "startup_s": time.monotonic() - t0,
+                           "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
+    handlers = {"load": cand.load, "run": cand.run, "warmup": cand.warmup,
+                "calibrate": cand.calibrate}
+    while True:
+        try:
+            msg = protocol.recv(in_fd)
+        except protocol.ChannelClosed:
+            return
+        op = msg.get("op")
+        if op == "exit":
+            return
+        if op == "release":
+            cand.held = None
+            continue
+        try:
+            if op == "time":
+                reply = cand.time(msg, out_fd)
+            elif op in handlers:
+                reply = handlers[op](msg)
+            else:
+                reply = {"op": "error", "error": f"unknown op {op!r}"}
+        except BaseException as e:  # report, never die silently: the judge decides
+            tb = traceback.format_exc()
+            reply = {"op": "error", "error": f"{type(e).__name__}: {e}", "traceback": tb[-4000:]}
+        protocol.send(out_fd, reply)
+
+
+if __name__ == "__main__":
+    main()

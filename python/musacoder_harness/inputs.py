@@ -1,0 +1,64 @@
+"""Seeded trial inputs beyond the problem's own distribution, and parameter re-draws.
+
+KernelBench inputs all lie in [0, 1): a kernel that mishandles negatives, large values or
+outliers passes them. Trials rotate through these variants; when a variant makes the
+reference non-finite (log of a negative...), that trial falls back to the native inputs."""
+import torch
+
+VARIANTS = ("native", "signed", "scaled", "outliers", "native")
+REDRAW_TRIALS = (2, 4)  # trials whose module parameters are re-drawn away from defaults
+
+
+def variant_for(trial):
+    return VARIANTS[trial % len(VARIANTS)]
+
+
+def seed_all(seed):
+    torch.manual_seed(seed)
+    if torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)
+
+
+def make_inputs(problem, seed, variant, device, dtype):
+    seed_all(seed)
+    with torch.device(device):
+        raw = problem.get_inputs()
+    gen = torch.Generator(device=device).manual_seed(seed + 7919)
+    out = []
+    for x in raw:
+        if isinstance(x, torch.Tensor):
+            x = x.to(device)
+            if x.is_floating_point():
+                x = _transform(x, variant, gen).to(dtype)
+        out.append(x)
+    return out
+
+
+def _transform(x, variant, gen):
+    if variant == "native":
+        return x
+    noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
+    if variant == "signed":
+        return noise.to(x.dtype)
+    if variant == "scaled":
+        return (noise * 10.0 + 3.0).to(x.dtype)
+    if variant == "outliers":
+        mask = torch.rand(x.shape, generator=gen, device=x.device) < 0.01
+        return torch.where(mask, noise * 100.0, noise).to(x.dtype)
+    raise ValueError(variant)
+
+
+@torch.no_grad()
+def redraw_parameters(model, seed):
+    """Moves every floating parameter and buffer away from its initial value, keeping its scale,
+    so weight 1 / bias 0 defaults cannot hide an ignored affine. Returns {name: tensor}."""
+    gen = torch.Generator(device="cpu").manual_seed(seed + 104729)
+    new = {}
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if not t.is_floating_point() or "running_var" in name:
+            continue
+        scale = max(float(t.float().std()) if t.numel() > 1 else 0.0, 0.1) * 0.5
+        noise = torch.randn(t.shape, generator=gen).to(t.device, t.dtype) * scale
+        t.add_(noise)
+        new[name] = t
+    return new

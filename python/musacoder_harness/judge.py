@@ -1,0 +1,437 @@
+"""The judge: one persistent, trusted process per GPU, driven by the C++ executor.
+
+It owns the reference model, the reference outputs, the comparison and the clock. Each
+candidate runs in its own sandboxed process (candidate.py), kept warm one ahead, and is killed
+after its verdict. Requests and replies are JSON lines on stdin/stdout.
+"""
+import argparse
+import hashlib
+import importlib.util
+import json
+import math
+import os
+import shutil
+import sys
+import time
+import traceback
+
+from . import protocol
+from .candidate_proc import CandidateCrashed, CandidateProc, CandidateTimeout
+
+PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+
+
+class Infra(Exception):
+    """The verifier failed (not the candidate)."""
+
+
+class Verdict(Exception):
+    def __init__(self, verdict, reason, rule="", **extra):
+        super().__init__(reason)
+        self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
+
+
+class Judge:
+    def __init__(self, args):
+        import torch
+        self.torch = torch
+        self.args = args
+        self.device = torch.device(args.device)
+        self.cuda = self.device.type == "cuda"
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        if self.cuda:
+            torch.cuda.set_device(self.device)
+            self.gpu = torch.cuda.get_device_name(self.device)
+        else:
+            self.gpu = "cpu"
+        from .timing import L2Flusher
+        self.flusher = L2Flusher(self.device)
+        self.scratch_root = args.scratch
+        os.makedirs(self.scratch_root, exist_ok=True)
+        self.cache_dir = args.cache_dir
+        self.prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", "{scratch}", "--"] \
+            if args.sandbox_exe else []
+        self.counter = 0
+        self.spare = None
+        self.problems = {}
+        self.spawn_spare()
+
+    # ---- candidate processes ------------------------------------------------------------
+    def spawn_spare(self):
+        self.counter += 1
+        scratch = os.path.join(self.scratch_root, f"cand-{os.getpid()}-{self.counter}")
+        prefix = [p.replace("{scratch}", scratch) for p in self.prefix]
+        self.spare = CandidateProc(prefix, sys.executable, self.args.harness_dir,
+                                   str(self.device), scratch)
+
+    def take_candidate(self):
+        cand = self.spare
+        self.spare = None
+        try:
+            cand.wait_ready(self.args.startup_timeout)
+            if "calib" not in cand.__dict__:
+                t0 = time.perf_counter()
+                rep = cand.request({"op": "calibrate", "iters": 30}, 60)
+                wall_us = (time.perf_counter() - t0) * 1e6 / 30
+                times = rep.get("times_us", [])
+                cand.calib = max(0.0, wall_us - (sum(times) / len(times) if times else 0.0))
+        except (CandidateCrashed, CandidateTimeout) as e:
+            cand.kill()
+            shutil.rmtree(cand.scratch, ignore_errors=True)
+            self.spawn_spare()
+            raise Infra(f"candidate process failed to start: {e} {getattr(e, 'log_tail', '')[-500:]}")
+        self.spawn_spare()  # the next one warms up while this one is judged
+        return cand
+
+    # ---- problems -----------------------------------------------------------------------
+    def problem(self, path):
+        st = os.stat(path)
+        key = (path, st.st_mtime_ns)
+        if key not in self.problems:
+            spec = importlib.util.spec_from_file_location(
+                "mc_problem_" + hashlib.sha1(path.encode()).hexdigest()[:12], path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            for name in ("Model", "get_inputs", "get_init_inputs"):
+                if not hasattr(mod, name):
+                    raise Infra(f"problem {path} defines no {name}")
+            with open(path, "rb") as f:
+                mod.__mc_sha__ = hashlib.sha256(f.read()).hexdigest()
+            self.problems[key] = mod
+        return self.problems[key]
+
+    def reference_model(self, prob, seed, dtype):
+        from .inputs import seed_all
+        torch = self.torch
+        seed_all(seed)
+        init_inputs = prob.get_init_inputs()
+        with torch.device(self.device):
+            model = prob.Model(*init_inputs)
+        model = model.to(self.device)
+        if dtype != torch.float32:
+            model = model.to(dtype)
+        return model, init_inputs
+
+    # ---- one candidate --------------------------------------------------------------------
+    def evaluate(self, req):
+        torch = self.torch
+        from .compare import compare_outputs, degenerate, flatten_outputs
+        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, variant_for
+        from .transport import describe, describe_value, open_tensor
+        res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
+               "torch_version": torch.__version__, "compile_path": "pool"}
+        dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
+        seed = int(req.get("seed", 42))
+        trials = int(req.get("trials", 5))
+        atol, rtol = float(req["atol"]), float(req["rtol"])
+        allow = list(req.get("allow", []))
+        try:
+            prob = self.problem(req["problem_path"])
+        except Infra:
+            raise
+        except Exception as e:
+            raise Infra(f"cannot load problem {req['problem_path']}: {type(e).__name__}: {e}")
+        ref_model, init_inputs = self.reference_model(prob, seed, dtype)
+        native = req["format"] == "native"
+        trial_inputs = []
+        for t in range(trials):
+            trial_inputs.append((seed * 1000 + t + 1, variant_for(t)))
+        cand = self.take_candidate()
+        share = cand.scratch
+        try:
+            load = {"op": "load", "format": req["format"], "dtype": str(dtype), "seed": seed,
+                    "solution_path": req.get("solution_path", ""),
+                    "artifacts": req.get("artifacts", {}),
+                    "init_inputs": [describe_value(v, share) for v in init_inputs]}
+            inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
+            with torch.no_grad():
+                out0 = ref_model(*inputs0)
+            out_bytes = sum(o.numel() * o.element_size() for o in flatten_outputs(out0))
+            load["reserve_bytes"] = 2 * out_bytes + (64 << 20)
+            params = list(ref_model.state_dict().values())
+            if native:
+                load["so_path"] = req["so_path"]
+                load["params"] = [describe(p.detach(), share) for p in params]
+                load["output_specs"] = [{"shape": list(o.shape), "dtype": str(o.dtype)}
+                                        for o in flatten_outputs(out0)]
+            del out0, inputs0
+            rep = self._ask(cand, load, self.args.load_timeout, "load")
+            res["compile_path"] = rep.get("compile_path", "pool")
+
+            passed, first_mismatch = 0, None
+            for t, (tseed, variant) in enumerate(trial_inputs):
+                redraw = None
+                if t in REDRAW_TRIALS and params:
+                    new = redraw_parameters(ref_model, tseed)
+                    redraw = [describe(p.detach(), share) for p in ref_model.state_dict().values()] \
+                        if native else {n: describe(p.detach(), share) for n, p in new.items()}
+                inputs = make_inputs(prob, tseed, variant, self.device, dtype)
+                with torch.no_grad():
+                    ref = ref_model(*inputs)
+                if variant != "native" and not all(bool(torch.isfinite(r).all())
+                                                   for r in flatten_outputs(ref)
+                                                   if r.is_floating_point()):
+                    # This problem's domain excludes the variant (log of negatives...).
+                    inputs = make_inputs(prob, tseed, "native", self.device, dtype)
+                    with torch.no_grad():
+                        ref = ref_model(*inputs)
+                if t == 0:
+                    res["degenerate_reference"] = degenerate(ref)
+                before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                msg = {"op": "run", "inputs": [describe_value(x, share) for x in inputs],
+                       "monitor": t == 0, "allow": allow, "params": redraw}
+                res["trials_total"] = t + 1
+                rep = self._ask(cand, msg, self.args.trial_timeout, "correctness",
+                                passed=passed)
+                try:
+                    outs = [open_tensor(d, share).clone() for d in rep.get("outputs", [])]
+                except Exception as e:
+                    raise Verdict("runtime_error", f"unreadable outputs: {e}")
+                finally:
+                    cand.send({"op": "release"})
+                if self.cuda:
+                    torch.cuda.synchronize()
+                for x, b in zip(inputs, before):
+                    if isinstance(x, torch.Tensor) and not torch.equal(
+                            torch.nan_to_num(x), torch.nan_to_num(b)):
+                        raise Verdict("illegal", "the candidate modified its inputs",
+                                      "input_mutation")
+                if t == 0:
+                    self._check_legality(rep.get("legality", {}), native, allow)
+                ok, detail = compare_outputs(ref, outs, atol, rtol)
+                if ok:
+                    passed += 1
+                elif first_mismatch is None:
+                    detail["trial"] = t
+                    detail["variant"] = variant
+                    first_mismatch = detail
+                res["trials_passed"] = passed
+            res["mismatch"] = first_mismatch
+            if passed < trials:
+                raise Verdict("incorrect", f"{passed}/{trials} trials matched the reference")
+            if req.get("timing", True):
+                self._time(req, prob, ref_model, cand, res, dtype, seed)
+            res["verdict"], res["stage"] = "ok", "done"
+        except Verdict as v:
+            res.update(verdict=v.verdict, reason=v.reason, rule=v.rule, **v.extra)
+        finally:
+            cand.kill()
+            shutil.rmtree(cand.scratch, ignore_errors=True)
+        return res
+
+    def _ask(self, cand, msg, timeout, stage, passed=0):
+        """Sends msg (None: only receives) and returns the reply; a crash, a hang or an error
+        reply becomes the candidate's verdict for this stage."""
+        try:
+            rep = cand.request(msg, timeout) if msg is not None else cand.recv(timeout)
+        except CandidateTimeout:
+            raise Verdict("timeout", f"{stage} exceeded its {timeout:.0f} s limit", "",
+                          runtime_error=cand.log_tail(1500))
+        except CandidateCrashed as e:
+            self.health_check()
+            verdict = "load_error" if stage == "load" else "runtime_error"
+            raise Verdict(verdict, f"the candidate process {e.how} during {stage}",
+                          runtime_error=e.log_tail[-3000:])
+        if rep.get("op") == "error":
+            verdict = "load_error" if stage == "load" else "runtime_error"
+            raise Verdict(verdict, f"{stage} raised {rep.get('error', '')[:300]}",
+                          runtime_error=(rep.get("traceback") or rep.get("error", ""))[-3000:])
+        return rep
+
+    def _check_legality(self, rep, native, allow):
+        if not isinstance(rep, dict):
+            raise Verdict("illegal", "malformed legality report", "protocol")
+        bad = rep.get("forbidden_ops", [])
+        if bad and "torch_compute" not in allow:
+            raise Verdict("illegal", "forward computed with PyTorch ops: " + ", ".join(bad[:8]),
+                          "torch_compute")
+        if rep.get("new_threads", 0) > 0:
+            raise Verdict("illegal", "forward started threads", "thread")
+        if self.cuda:
+            if rep.get("library_kernels"):
+                raise Verdict("illegal", "vendor-library kernels ran: " +
+                              ", ".join(rep["library_kernels"][:3])[:300], "library_call")
+            if not rep.get("own_kernels"):
+                raise Verdict("illegal", "none of the candidate's own kernels ran in forward",
+                              "no_own_kernel")
+            if len(rep.get("streams", [])) > 1:
+                raise Verdict("illegal", f"kernels ran on {len(rep['streams'])} streams",
+                              "side_stream")
+
+    # ---- timing -----------------------------------------------------------------------------
+    def _time(self, req, prob, ref_model, cand, res, dtype, seed):
+        torch = self.torch
+        from .compare import compare_outputs
+        from .inputs import make_inputs
+        from .timing import stats, time_adaptive
+        from .transport import describe_value, open_tensor
+        k = int(req.get("timing_input_sets", 3))
+        budget = float(req.get("timing_budget_s", 2.0))
+        sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, dtype) for i in range(k)]
+        with torch.no_grad():
+            ref_outs = [ref_model(*s) for s in sets]
+        res["reference_time"] = self.reference_time(req, prob, ref_model, sets)
+        share = cand.scratch
+        descs = [[describe_value(x, share) for x in s] for s in sets]
+        deadline = time.monotonic() + float(req.get("timing_timeout_s", 120))
+
+        def left():
+            return max(1.0, deadline - time.monotonic())
+        self._ask(cand, {"op": "warmup", "input_sets": descs}, left(), "timing")
+        cand.send({"op": "release"})
+        # Pilot, then the judge fixes the iteration count from its own clock.
+        t0 = time.perf_counter()
+        self._ask(cand, {"op": "time", "input_sets": descs, "iters": 5}, left(), "timing")
+        pilot_us = (time.perf_counter() - t0) * 1e6 / 5
+        cand.recv(left())  # its outputs
+        cand.send({"op": "release"})
+        iters = int(min(1000, max(10, budget * 1e6 / max(pilot_us, 1.0))))
+        t0 = time.perf_counter()
+        rep = self._ask(cand, {"op": "time", "input_sets": descs, "iters": iters}, left(), "timing")
+        wall_us = (time.perf_counter() - t0) * 1e6
+        outs_rep = self._ask(cand, None, left(), "timing")
+        times = rep.get("times_us")
+        if not isinstance(times, list) or len(times) != iters or \
+                not all(isinstance(x, (int, float)) and x > 0 and math.isfinite(x) for x in times):
+            cand.send({"op": "release"})
+            raise Verdict("timing_error", f"the timing run reported {len(times or [])} valid "
+                          f"iterations, {iters} were asked for", "timing_inconsistent")
+        try:
+            for i, d in enumerate(outs_rep.get("outputs", [])):
+                outs = [open_tensor(x, share).clone() for x in d]
+                ok, detail = compare_outputs(ref_outs[i], outs, float(req["atol"]), float(req["rtol"]))
+                if not ok:
+                    raise Verdict("timing_error", "outputs of timed runs do not match the "
+                                  "reference (stale or cached results)", "stale_result",
+                                  mismatch=dict(detail, timing_set=i))
+            if len(outs_rep.get("outputs", [])) != k:
+                raise Verdict("timing_error", "timed runs returned no outputs", "stale_result")
+        finally:
+            cand.send({"op": "release"})
+        claimed = sum(times)
+        overhead = iters * getattr(cand, "calib", 0.0)
+        if claimed < 0.7 * (wall_us - overhead) - 2000:
+            raise Verdict("timing_error", f"the candidate's clock says {claimed / 1e3:.1f} ms, the "
+                          f"judge's {wall_us / 1e3:.1f} ms (overhead {overhead / 1e3:.1f} ms)",
+                          "timing_inconsistent")
+        res["candidate_time"] = stats(times)
+        res["timing_wall_us_per_iter"] = wall_us / iters
+        res["speedup"] = res["reference_time"]["median_us"] / res["candidate_time"]["median_us"]
+
+    def reference_time(self, req, prob, ref_model, sets, compile_mode=None):
+        from .timing import time_adaptive
+        key = hashlib.sha256(json.dumps([prob.__mc_sha__, self.gpu, req.get("precision", "fp32"),
+                                         self.torch.__version__, req.get("seed", 42),
+                                         len(sets), compile_mode or "eager"]).encode()).hexdigest()
+        path = os.path.join(self.cache_dir, "reference", key + ".json") if self.cache_dir else None
+        if path and os.path.exists(path):
+            with open(path) as f:
+                return json.load(f)
+        fn = ref_model
+        if compile_mode:
+            fn = self.torch.compile(ref_model, mode=None if compile_mode == "default" else compile_mode)
+        with self.torch.no_grad():
+            st, _ = time_adaptive(fn, sets, self.device, self.flusher,
+                                  float(req.get("timing_budget_s", 2.0)),
+                                  float(req.get("timing_target_rel_err", 0.01)))
+        if path:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(st, f)
+            os.replace(tmp, path)
+        return st
+
+    def baseline(self, req):
+        from .inputs import make_inputs
+        torch = self.torch
+        dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
+        seed = int(req.get("seed", 42))
+        prob = self.problem(req["problem_path"])
+        model, _ = self.reference_model(prob, seed, dtype)
+        sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, dtype)
+                for i in range(int(req.get("timing_input_sets", 3)))]
+        out = {"gpu": self.gpu, "torch_version": torch.__version__,
+               "eager": self.reference_time(req, prob, model, sets)}
+        if req.get("compile"):
+            try:
+                out["compile"] = self.reference_time(req, prob, model, sets, "default")
+            except Exception as e:
+                out["compile_error"] = f"{type(e).__name__}: {e}"[:500]
+        return out
+
+    def health_check(self):
+        """After a candidate crash: is the GPU still usable by a fresh context (ours)?"""
+        torch = self.torch
+        try:
+            x = torch.ones(1 << 20, device=self.device)
+            ok = float(x.sum()) == float(1 << 20)
+            if self.cuda:
+                torch.cuda.synchronize()
+        except Exception as e:
+            ok = False
+        if not ok:
+            raise Infra("GPU health check failed after a candidate crash")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--scratch", required=True)
+    ap.add_argument("--cache-dir", default="")
+    ap.add_argument("--harness-dir", required=True)
+    ap.add_argument("--sandbox-exe", default="")
+    ap.add_argument("--startup-timeout", type=float, default=180)
+    ap.add_argument("--load-timeout", type=float, default=120)
+    ap.add_argument("--trial-timeout", type=float, default=60)
+    args = ap.parse_args()
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # prints from problem code go to stderr, never into the reply stream
+    try:
+        judge = Judge(args)
+    except Exception as e:
+        out.write(json.dumps({"op": "hello", "ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
+        return 3
+    out.write(json.dumps({"op": "hello", "ok": True, "gpu": judge.gpu,
+                          "torch_version": judge.torch.__version__}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        rid = None
+        try:
+            req = json.loads(line)
+            rid = req.get("id")
+            args.load_timeout = float(req.get("load_timeout_s", args.load_timeout))
+            args.trial_timeout = float(req.get("trial_timeout_s", args.trial_timeout))
+            op = req.get("op")
+            if op == "eval":
+                t0 = time.monotonic()
+                res = judge.evaluate(req)
+                res["judge_s"] = time.monotonic() - t0
+                reply = {"id": rid, "ok": True, "result": res}
+            elif op == "baseline":
+                reply = {"id": rid, "ok": True, "result": judge.baseline(req)}
+            elif op == "health":
+                judge.health_check()
+                reply = {"id": rid, "ok": True}
+            else:
+                reply = {"id": rid, "ok": False, "infra_error": f"unknown op {op!r}"}
+        except Infra as e:
+            reply = {"id": rid, "ok": False, "infra_error": str(e)}
+            out.write(json.dumps(reply) + "\n")
+            if "health check" in str(e):
+                return 4  # the executor restarts us
+            continue
+        except Exception as e:
+            reply = {"id": rid, "ok": False,
+                     "infra_error": f"judge error: {type(e).__name__}: {e}",
+                     "traceback": traceback.format_exc()[-3000:]}
+        out.write(json.dumps(reply) + "\n")
+    if judge.spare is not None:
+        judge.spare.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,279 @@
+// musacoder: one binary, one subcommand per job. Each option is declared once, with its help,
+// default and environment mirror (MUSACODER_*); errors stop at this boundary with exit code 2.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "common/check.h"
+#include "common/fs.h"
+#include "eval/candidates.h"
+#include "eval/evaluator.h"
+#include "eval/extract.h"
+#include "eval/problem.h"
+#include "eval/result.h"
+#include "eval/sandbox.h"
+#include "eval/static_check.h"
+#include "eval/summary.h"
+
+namespace {
+
+using namespace mc;
+using namespace mc::eval;
+
+// Options shared by eval and baseline.
+struct RunOptions {
+  std::string problems;          // folder of KernelBench problems (or a checkout)
+  int level = 0;                 // 0: every level found
+  std::string solutions;         // folder or .jsonl of candidates
+  std::string gpus = "0";        // comma-separated GPU indices, one judge each
+  std::string device = "cuda";   // cuda | cpu (cpu: tests without a GPU)
+  std::string out;               // JSONL results ("" : none)
+  std::string cache_dir;         // compile cache, reference timings
+  int compile_workers = 0;       // 0: half the cores
+  bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
+  bool no_progress = false;
+  std::string cuda_arch;         // "" : detect
+  std::vector<std::string> allow;
+  EvalConfig cfg;
+};
+
+std::string default_cache_dir() {
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  const char* home = getenv("HOME");
+  std::string base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
+  return base + "/musacoder";
+}
+
+std::vector<int> parse_gpus(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');) {
+    MC_CHECK(!t.empty() && std::all_of(t.begin(), t.end(), ::isdigit),
+             "--gpus expects comma-separated indices like 0,1,2, got '", s, "'");
+    out.push_back(std::stoi(t));
+  }
+  MC_CHECK(!out.empty(), "--gpus is empty");
+  return out;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "musacoder";
+}
+
+void add_run_options(CLI::App* app, RunOptions& o) {
+  app->add_option("--problems", o.problems, "folder of KernelBench problems, or a KernelBench checkout")
+      ->required()->envname("MUSACODER_PROBLEMS");
+  app->add_option("--level", o.level, "KernelBench level to use (0: all)")->envname("MUSACODER_LEVEL");
+  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")
+      ->capture_default_str()->envname("MUSACODER_GPUS");
+  app->add_option("--device", o.device, "cuda, or cpu to run judges on the CPU (tests)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
+  app->add_option("--precision", o.cfg.precision, "fp32, fp16 or bf16")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->envname("MUSACODER_PRECISION");
+  app->add_option("--seed", o.cfg.seed, "seed for weights and inputs")->capture_default_str();
+  app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")
+      ->envname("MUSACODER_CACHE_DIR");
+  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
+      ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
+  app->add_flag("--no-progress", o.no_progress, "no progress bar");
+  app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
+      ->envname("MUSACODER_CUDA_ARCH");
+}
+
+std::unique_ptr<Evaluator> make_evaluator(RunOptions& o) {
+  for (const auto& a : o.allow) o.cfg.allow.insert(a);
+  EvaluatorOptions eo;
+  eo.gpus = parse_gpus(o.gpus);
+  eo.device = o.device;
+  eo.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  eo.compile_workers = o.compile_workers;
+  eo.sandbox = !o.no_sandbox;
+  eo.sandbox_exe = self_exe();
+  eo.cuda_arch = o.cuda_arch;
+  eo.progress = !o.no_progress;
+  return std::make_unique<Evaluator>(o.cfg, eo);
+}
+
+int cmd_eval(RunOptions& o) {
+  auto problems = load_problems(o.problems, o.level);
+  std::vector<Candidate> cands = load_candidates(o.solutions, problems);
+  // Problems with no candidate still get a row: fast_p counts them as failures.
+  std::set<std::string> covered;
+  for (const auto& c : cands)
+    if (c.problem) covered.insert(c.problem->key);
+  for (const auto& p : problems) {
+    if (covered.count(p->key)) continue;
+    Candidate c;
+    c.problem = p;
+    c.problem_ref = p->key;
+    c.input_error = "no solution for this problem";
+    c.origin = o.solutions;
+    cands.push_back(c);
+  }
+  auto ev = make_evaluator(o);
+  std::unique_ptr<std::ofstream> out;
+  if (!o.out.empty()) {
+    if (fs::path(o.out).has_parent_path()) fs::create_directories(fs::path(o.out).parent_path());
+    out = std::make_unique<std::ofstream>(o.out);
+    MC_CHECK(out->good(), "cannot write ", o.out);
+  }
+  auto results = ev->run(cands, [&](const EvalResult& r) {
+    if (out) {
+      *out << to_json(r).dump() << "\n";
+      out->flush();  // a crash later loses nothing already judged
+    }
+  });
+  Summary s = summarize(results);
+  fmt::print("{}", format_summary(s));
+  if (out) fmt::print("results: {} ({} rows)\n", o.out, results.size());
+  return 0;
+}
+
+int cmd_check(const std::string& solution, const std::string& precision,
+              const std::vector<std::string>& allow, bool json_out) {
+  std::string text = read_file(solution);
+  Extraction ex = extract_solution(text);
+  if (!ex.ok) {
+    fmt::print(stderr, "{}: {}\n", solution, ex.error);
+    return 2;
+  }
+  StaticCheckOptions so;
+  so.precision = precision;
+  so.allow = std::set<std::string>(allow.begin(), allow.end());
+  auto violations = static_check(ex.code, ex.format, so);
+  if (json_out) {
+    nlohmann::json j = {{"solution", solution}, {"format", to_string(ex.format)},
+                        {"violations", nlohmann::json::array()}};
+    for (const auto& v : violations)
+      j["violations"].push_back({{"rule", v.rule}, {"line", v.line}, {"message", v.message},
+                                 {"snippet", v.snippet}});
+    fmt::print("{}\n", j.dump(2));
+  } else if (violations.empty()) {
+    fmt::print("{}: {} solution, no rule fired\n", solution, to_string(ex.format));
+  } else {
+    fmt::print("{}: {} rule(s) fired\n", solution, violations.size());
+    for (const auto& v : violations)
+      fmt::print("  line {:>4}  [{}] {}\n             {}\n", v.line, v.rule, v.message, v.snippet);
+  }
+  return violations.empty() ? 0 : 1;
+}
+
+int cmd_baseline(RunOptions& o, bool with_compile) {
+  auto problems = load_problems(o.problems, o.level);
+  auto ev = make_evaluator(o);
+  auto res = ev->baseline(problems, with_compile);
+  std::string out = o.out.empty() ? "baseline_time_torch.json" : o.out;
+  write_file_atomic(out, res["eager"].dump(4));
+  if (with_compile) {
+    std::string cpath = out;
+    auto dot = cpath.rfind(".json");
+    cpath = (dot == std::string::npos ? cpath : cpath.substr(0, dot)) + "_compile.json";
+    write_file_atomic(cpath, res["compile"].dump(4));
+    fmt::print("torch.compile timings: {}\n", cpath);
+  }
+  fmt::print("{:<40}{:>14}\n", "problem", "eager ms");
+  for (auto& [level, files] : res["eager"].items())
+    for (auto& [file, t] : files.items())
+      fmt::print("{:<40}{:>14.4f}\n", level + "/" + file, t["median"].get<double>());
+  for (auto& [k, e] : res["errors"].items()) fmt::print(stderr, "error {}: {}\n", k, e.dump());
+  fmt::print("eager timings: {} (KernelBench baseline schema, ms)\n", out);
+  return res["errors"].empty() ? 0 : 1;
+}
+
+}  // namespace
+
+// `musacoder sandbox-exec --scratch DIR [--require-all] -- CMD...` (internal, used by the
+// judge). Parsed by hand: everything after -- belongs to CMD, untouched.
+int sandbox_main(int argc, char** argv) {
+  SandboxOptions so;
+  int i = 2;
+  for (; i < argc && std::string(argv[i]) != "--"; ++i) {
+    std::string a = argv[i];
+    if (a == "--scratch" && i + 1 < argc) so.scratch = argv[++i];
+    else if (a == "--require-all") so.require_all = true;
+    else {
+      fmt::print(stderr, "musacoder sandbox-exec: unknown argument '{}'\n"
+                 "usage: musacoder sandbox-exec --scratch DIR [--require-all] -- CMD...\n", a);
+      return 2;
+    }
+  }
+  std::vector<std::string> cmd(argv + std::min(i + 1, argc), argv + argc);
+  try {
+    MC_CHECK(!so.scratch.empty(), "sandbox-exec needs --scratch DIR");
+    sandbox_exec(so, cmd);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "musacoder sandbox-exec: {}\n", e.what());
+  }
+  return 2;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "sandbox-exec") return sandbox_main(argc, argv);
+  CLI::App app{"MusaCoder: verify, score and train models that write GPU kernels"};
+  app.require_subcommand(1);
+
+  RunOptions eval_opts;
+  auto* eval = app.add_subcommand("eval", "verify and time candidate solutions against their problems");
+  add_run_options(eval, eval_opts);
+  eval->add_option("--solutions", eval_opts.solutions, "folder or .jsonl of candidate solutions")
+      ->required()->envname("MUSACODER_SOLUTIONS");
+  eval->add_option("--out", eval_opts.out, "JSONL results, one row per candidate")
+      ->envname("MUSACODER_OUT");
+  eval->add_option("--trials", eval_opts.cfg.trials, "correctness trials")->capture_default_str();
+  eval->add_option("--allow", eval_opts.allow, "relax a legality rule (cublas, cudnn, ...)");
+  eval->add_option("--compile-workers", eval_opts.compile_workers, "compile pool size (0: cores/2)")
+      ->envname("MUSACODER_COMPILE_WORKERS");
+  eval->add_flag("--no-timing", [&](int64_t) { eval_opts.cfg.timing = false; }, "skip timing");
+  eval->add_flag("--no-sandbox", eval_opts.no_sandbox, "run candidates unsandboxed (debugging only)");
+  eval->add_option("--speedup-review-bound", eval_opts.cfg.speedup_review_bound,
+                   "speedups above this are flagged, not paid")->capture_default_str();
+  eval->add_option("--reward-lambda", eval_opts.cfg.reward.lambda, "reward speed weight")->capture_default_str();
+  eval->add_option("--reward-nu-max", eval_opts.cfg.reward.nu_max, "cap on paid speedup-1")->capture_default_str();
+
+  std::string check_solution, check_precision = "fp32";
+  std::vector<std::string> check_allow;
+  bool check_json = false;
+  auto* check = app.add_subcommand("check", "static legality report for one solution (no GPU)");
+  check->add_option("solution", check_solution, "solution file (source or a model's answer)")->required();
+  check->add_option("--precision", check_precision, "fp32, fp16 or bf16")->capture_default_str();
+  check->add_option("--allow", check_allow, "relax a rule");
+  check->add_flag("--json", check_json, "JSON output");
+  bool list_rules = false;
+  check->add_flag("--list-rules", list_rules, "print every rule and exit");
+
+  RunOptions base_opts;
+  bool base_compile = false;
+  auto* base = app.add_subcommand("baseline", "time eager PyTorch (and torch.compile) per problem");
+  add_run_options(base, base_opts);
+  base->add_option("--out", base_opts.out, "KernelBench-schema JSON (default baseline_time_torch.json)");
+  base->add_flag("--compile", base_compile, "also time torch.compile");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    if (*eval) return cmd_eval(eval_opts);
+    if (*check) {
+      if (list_rules) {
+        for (const auto& [id, msg] : static_rule_catalog()) fmt::print("{:<22}{}\n", id, msg);
+        return 0;
+      }
+      return cmd_check(check_solution, check_precision, check_allow, check_json);
+    }
+    if (*base) return cmd_baseline(base_opts, base_compile);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "musacoder: error: {}\n", e.what());
+    return 2;
+  }
+  return 0;
+}

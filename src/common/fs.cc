@@ -1,0 +1,47 @@
+#include "common/fs.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace mc {
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  MC_CHECK(in.good(), "cannot read ", path.string(), ": ",
+           fs::exists(path) ? "permission denied or not a file" : "no such file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file_atomic(const fs::path& path, const std::string& data) {
+  if (path.has_parent_path()) fs::create_directories(path.parent_path());
+  fs::path tmp = path;
+  tmp += ".tmp." + std::to_string(getpid()) + "." + std::to_string(rand());
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    MC_CHECK(out.good(), "cannot write ", tmp.string());
+    out << data;
+    MC_CHECK(out.good(), "write failed for ", tmp.string());
+  }
+  fs::rename(tmp, path);
+}
+
+TempDir::TempDir(const std::string& prefix) {
+  const char* base = getenv("TMPDIR");
+  std::string tmpl = std::string(base && *base ? base : "/tmp") + "/" + prefix + "XXXXXX";
+  MC_CHECK(mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed for ", tmpl);
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+}  // namespace mc

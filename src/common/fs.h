@@ -1,0 +1,28 @@
+// Small filesystem helpers with errors that name the path.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+namespace mc {
+
+namespace fs = std::filesystem;
+
+std::string read_file(const fs::path& path);  // throws mc::Error naming the path
+// Writes via a temporary file and rename, so readers never see half a file.
+void write_file_atomic(const fs::path& path, const std::string& data);
+
+// A fresh directory removed (recursively) by the destructor. Not copyable.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& prefix = "musacoder-");
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+}  // namespace mc

@@ -1,0 +1,360 @@
+#include "eval/compile_pool.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/check.h"
+#include "common/fs.h"
+#include "common/hash.h"
+#include "common/subprocess.h"
+
+namespace mc::eval {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Holds an exclusive flock on a file for its lifetime (dedupes builds across processes).
+class FileLock {
+ public:
+  explicit FileLock(const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    MC_CHECK(fd_ >= 0, "cannot open lock file ", path);
+    while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~FileLock() {
+    flock(fd_, LOCK_UN);
+    ::close(fd_);
+  }
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
+std::vector<std::string> nonempty(const std::vector<std::string>& v) {
+  std::vector<std::string> out;
+  for (const auto& s : v)
+    if (s.find_first_not_of(" \t") != std::string::npos) out.push_back(s);
+  return out;
+}
+
+void append(std::vector<std::string>& a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep = "\n") {
+  std::string s;
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? sep : "") + v[i];
+  return s;
+}
+
+struct StepResult {
+  ExitStatus status;
+  std::string output;
+};
+
+// Runs several compiler invocations at once; returns when all have ended.
+std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>& cmds,
+                                     const std::string& cwd, double timeout_s) {
+  std::vector<std::unique_ptr<Subprocess>> procs;
+  for (const auto& argv : cmds) {
+    SubprocessOptions o;
+    o.argv = argv;
+    o.cwd = cwd;
+    o.env_set["LC_ALL"] = "C";
+    procs.push_back(std::make_unique<Subprocess>(o));
+  }
+  std::vector<StepResult> out;
+  for (auto& p : procs) {
+    StepResult r;
+    r.status = p->wait(static_cast<int>(timeout_s * 1000));
+    r.output = p->stdout_text() + p->stderr_text();
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string trim_compiler_log(const std::string& log, size_t max_lines) {
+  std::vector<std::string> lines;
+  std::istringstream in(log);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  std::vector<bool> keep(lines.size(), false);
+  size_t errors = 0;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& l = lines[i];
+    bool err = l.find("error") != std::string::npos || l.find("Error") != std::string::npos;
+    if (!err || errors >= 8) continue;
+    ++errors;
+    for (size_t k = (i >= 1 ? i - 1 : 0); k < std::min(lines.size(), i + 4); ++k) keep[k] = true;
+  }
+  std::string out;
+  size_t n = 0;
+  bool any = std::find(keep.begin(), keep.end(), true) != keep.end();
+  for (size_t i = 0; i < lines.size() && n < max_lines; ++i) {
+    if (any && !keep[i]) continue;
+    out += lines[i].substr(0, 300) + "\n";
+    ++n;
+  }
+  return out;
+}
+
+CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)
+    : tc_(std::move(toolchain)), opts_(std::move(opts)) {
+  MC_CHECK(!opts_.cache_dir.empty(), "compile pool needs a cache folder");
+  fs::create_directories(fs::path(opts_.cache_dir) / "compile");
+  fs::create_directories(fs::path(opts_.cache_dir) / "locks");
+  int n = opts_.workers > 0 ? opts_.workers
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
+}
+
+CompilePool::~CompilePool() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    queue_.clear();
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void CompilePool::worker_loop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (stop_) return;
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req) {
+  KeyBuilder k;
+  k.add(to_string(req.format)).add(req.native_source);
+  for (const auto& c : req.calls) k.add(c.source_key());
+  std::string key = k.hex();
+  std::lock_guard lk(mu_);
+  if (auto it = inflight_.find(key); it != inflight_.end()) return it->second;
+  auto task = std::make_shared<std::packaged_task<CompileOutcome()>>(
+      [this, req] { return compile_now(req); });
+  std::shared_future<CompileOutcome> fut = task->get_future().share();
+  inflight_[key] = fut;
+  queue_.push_back([task] { (*task)(); });
+  cv_.notify_one();
+  return fut;
+}
+
+CompileOutcome CompilePool::compile_now(const CompileRequest& req) {
+  CompileOutcome out;
+  out.cached = true;
+  out.status = CompileOutcome::Status::kOk;
+  auto t0 = Clock::now();
+  try {
+    std::vector<std::pair<std::string, Built>> built;
+    if (req.format == SolutionFormat::kNative) {
+      built.emplace_back("native", build_native(req.native_source));
+    } else {
+      for (const auto& call : req.calls) built.emplace_back(call.name, build_extension(call));
+    }
+    for (size_t i = 0; i < built.size(); ++i) {
+      const Built& b = built[i].second;
+      out.cached &= b.cached;
+      if (b.infra) {
+        out.status = CompileOutcome::Status::kInfraError;
+        out.error = b.error;
+        break;
+      }
+      if (!b.ok) {
+        out.status = CompileOutcome::Status::kCompileError;
+        out.log = b.log;
+        break;
+      }
+      std::string key = req.format == SolutionFormat::kNative ? sha256_hex(req.native_source)
+                                                              : req.calls[i].source_key();
+      out.modules.push_back({key, built[i].first, b.so_path});
+    }
+  } catch (const std::exception& e) {
+    out.status = CompileOutcome::Status::kInfraError;
+    out.error = e.what();
+  }
+  out.seconds = out.cached ? 0 : since(t0);
+  return out;
+}
+
+CompilePool::Built CompilePool::build_cached(
+    const std::string& key, const std::string& so_name,
+    const std::function<Built(const std::string& dir)>& build) {
+  fs::path dir = fs::path(opts_.cache_dir) / "compile" / key;
+  auto read_status = [&](Built& b) {
+    fs::path st = dir / "status.json";
+    if (!fs::exists(st)) return false;
+    auto j = nlohmann::json::parse(read_file(st));
+    b.ok = j.at("ok");
+    b.log = j.value("log", "");
+    b.so_path = (dir / so_name).string();
+    b.cached = true;
+    return true;
+  };
+  Built b;
+  if (read_status(b)) return b;
+  FileLock lock((fs::path(opts_.cache_dir) / "locks" / (key + ".lock")).string());
+  if (read_status(b)) return b;  // another process built it while we waited
+  fs::path tmp = dir;
+  tmp += ".tmp." + std::to_string(getpid());
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  b = build(tmp.string());
+  if (b.infra) {
+    fs::remove_all(tmp);
+    return b;
+  }
+  nlohmann::json st = {{"ok", b.ok}, {"log", b.log}, {"seconds", b.seconds}};
+  write_file_atomic(tmp / "status.json", st.dump());
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+  b.so_path = (dir / so_name).string();
+  b.cached = false;
+  return b;
+}
+
+CompilePool::Built CompilePool::build_native(const std::string& source) {
+  std::string key = KeyBuilder().add("native-v1").add(tc_.id()).add(source).hex();
+  return build_cached(key, "native.so", [&](const std::string& dir) {
+    Built b;
+    auto t0 = Clock::now();
+    write_file_atomic(fs::path(dir) / "solution.cu", source);
+    std::vector<std::string> cmd = {tc_.nvcc, "-O3", "-std=c++17", "-shared", "-Xcompiler",
+                                    "-fPIC", "-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
+                                    "-I" + tc_.include_dir, "solution.cu", "-o", "native.so"};
+    auto r = run_parallel({cmd}, dir, opts_.timeout_s);
+    b.seconds = since(t0);
+    if (r[0].status.term_signal && !r[0].status.timed_out) {
+      b.infra = true;
+      b.error = "nvcc " + r[0].status.describe();
+      return b;
+    }
+    b.ok = r[0].status.ok();
+    if (!b.ok)
+      b.log = r[0].status.timed_out ? "compile timed out" : trim_compiler_log(r[0].output);
+    return b;
+  });
+}
+
+std::string CompilePool::ensure_pch() {
+  std::call_once(pch_once_, [&] {
+    fs::path dir = fs::path(opts_.cache_dir) / "pch" / tc_.id();
+    fs::create_directories(dir);
+    FileLock lock((dir / "build.lock").string());
+    if (fs::exists(dir / "ok")) {
+      pch_dir_ = dir.string();
+      return;
+    }
+    write_file_atomic(dir / "torch_ext.h", "#include <torch/extension.h>\n");
+    std::vector<std::string> cmd = {tc_.cxx, "-DTORCH_API_INCLUDE_EXTENSION_H"};
+    for (const auto& p : tc_.torch_include_paths) append(cmd, {"-isystem", p});
+    append(cmd, {"-isystem", tc_.python_include, "-fPIC", "-std=c++17", "-x", "c++-header",
+                 "torch_ext.h", "-o", "torch_ext.h.gch"});
+    auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
+    if (r[0].status.ok()) {
+      write_file_atomic(dir / "ok", "");
+      pch_dir_ = dir.string();
+    } else {
+      pch_error_ = trim_compiler_log(r[0].output);  // build without it: slower, still correct
+    }
+  });
+  return pch_dir_;
+}
+
+CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
+  tc_.load_torch_info();
+  std::string key = KeyBuilder().add("ext-v1").add(tc_.id()).add(call.source_key()).hex();
+  return build_cached(key, call.name + ".so", [&](const std::string& dir) {
+    Built b;
+    auto t0 = Clock::now();
+    std::string pch = ensure_pch();
+    // Sources laid out exactly as load_inline writes them.
+    std::string main_cpp = "#include <torch/extension.h>\n" + join(call.cpp_sources) + "\n";
+    main_cpp += "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n";
+    for (const auto& f : call.functions)
+      main_cpp += "m.def(\"" + f + "\", torch::wrap_pybind_function(" + f + "), \"" + f + "\");\n";
+    main_cpp += "}\n";
+    write_file_atomic(fs::path(dir) / "main.cpp", main_cpp);
+    bool cuda = call.with_cuda && !call.cuda_sources.empty();
+    if (cuda) {
+      write_file_atomic(fs::path(dir) / "cuda.cu",
+                        "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n\n" +
+                            join(call.cuda_sources) + "\n");
+    }
+    std::vector<std::string> common = {"-DTORCH_EXTENSION_NAME=" + call.name,
+                                       "-DTORCH_API_INCLUDE_EXTENSION_H"};
+    for (const auto& p : call.extra_include_paths) append(common, {"-I", p});
+    for (const auto& p : tc_.torch_include_paths) append(common, {"-isystem", p});
+    append(common, {"-isystem", tc_.python_include});
+
+    std::vector<std::string> cxx = {tc_.cxx};
+    if (!pch.empty()) append(cxx, {"-I" + pch, "-include", "torch_ext.h"});
+    append(cxx, common);
+    append(cxx, {"-fPIC", "-std=c++17"});
+    append(cxx, nonempty(call.extra_cflags));
+    append(cxx, {"-c", "main.cpp", "-o", "main.o"});
+
+    auto nvcc_cmd = [&](bool lite) {
+      std::vector<std::string> nv = {tc_.nvcc};
+      if (lite) nv.push_back("-I" + tc_.lite_header_dir);
+      append(nv, common);
+      append(nv, tc_.nvcc_flags);
+      append(nv, {"-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
+                  "--compiler-options", "-fPIC", "-std=c++17"});
+      append(nv, nonempty(call.extra_cuda_cflags));
+      append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
+      return nv;
+    };
+    std::vector<std::vector<std::string>> first = {cxx};
+    if (cuda) first.push_back(nvcc_cmd(true));
+    auto r = run_parallel(first, dir, opts_.timeout_s);
+    if (cuda && !r[1].status.ok() && !r[1].status.timed_out) {
+      // The light header was not enough for this source: the real headers decide.
+      r[1] = run_parallel({nvcc_cmd(false)}, dir, opts_.timeout_s)[0];
+    }
+    for (const auto& step : r) {
+      if (step.status.ok()) continue;
+      b.seconds = since(t0);
+      if (step.status.term_signal && !step.status.timed_out) {
+        b.infra = true;
+        b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
+      } else {
+        b.log = step.status.timed_out ? "compile timed out" : trim_compiler_log(step.output);
+      }
+      return b;
+    }
+    std::vector<std::string> link = {tc_.cxx, "main.o"};
+    if (cuda) link.push_back("cuda.o");
+    link.push_back("-shared");
+    for (const auto& p : tc_.torch_library_paths) link.push_back("-L" + p);
+    append(link, {"-lc10", "-ltorch_cpu", "-ltorch", "-ltorch_python"});
+    if (cuda) append(link, {"-lc10_cuda", "-ltorch_cuda", "-lcudart"});
+    append(link, nonempty(call.extra_ldflags));
+    append(link, {"-o", call.name + ".so"});
+    auto l = run_parallel({link}, dir, opts_.timeout_s);
+    b.seconds = since(t0);
+    b.ok = l[0].status.ok();
+    if (!b.ok) b.log = trim_compiler_log(l[0].output);
+    return b;
+  });
+}
+
+}  // namespace mc::eval

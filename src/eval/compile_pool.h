@@ -1,0 +1,100 @@
+// Stage 3: compile candidates on a CPU pool, apart from the GPU executors, into a
+// content-addressed cache. Key: sources, flags, GPU arch, nvcc and torch versions. Compile
+// errors are cached too (they are deterministic); infrastructure failures are not.
+//
+// KernelBench candidates are built as load_inline would build them, faster:
+//   - the C++/binding unit includes a precompiled <torch/extension.h> (built once per toolchain);
+//   - the CUDA unit first tries a light stand-in for <torch/extension.h> (lite_headers/), and
+//     only if that fails, the real headers; so results never depend on the stand-in;
+//   - both units compile in parallel, and identical builds are shared (in-process and through
+//     the cache across processes).
+// Thread-safe: submit() from any thread.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "eval/extract.h"
+#include "eval/python_source.h"
+#include "eval/toolchain.h"
+
+namespace mc::eval {
+
+struct CompileRequest {
+  SolutionFormat format = SolutionFormat::kKernelBench;
+  std::string native_source;           // kNative: the .cu source
+  std::vector<LoadInlineCall> calls;   // kKernelBench: every load_inline call of the candidate
+};
+
+struct CompiledModule {
+  std::string source_key;   // LoadInlineCall::source_key(), or the native source's digest
+  std::string module_name;  // load_inline's `name` (native: "native")
+  std::string so_path;
+};
+
+struct CompileOutcome {
+  enum class Status { kOk, kCompileError, kInfraError };
+  Status status = Status::kInfraError;
+  std::vector<CompiledModule> modules;
+  bool cached = false;   // every module came from the cache
+  double seconds = 0;    // wall clock spent compiling for this request (0 when cached)
+  std::string log;       // compiler output of the failing step, trimmed to the relevant lines
+  std::string error;     // infra: what broke
+};
+
+struct CompilePoolOptions {
+  int workers = 0;             // 0: half the cores (each job runs two compilers at once)
+  std::string cache_dir;       // root of the content-addressed cache
+  double timeout_s = 600;      // per compiler invocation
+};
+
+class CompilePool {
+ public:
+  CompilePool(Toolchain toolchain, CompilePoolOptions opts);
+  ~CompilePool();  // finishes running jobs, drops queued ones
+  CompilePool(const CompilePool&) = delete;
+  CompilePool& operator=(const CompilePool&) = delete;
+
+  std::shared_future<CompileOutcome> submit(const CompileRequest& req);
+  // Runs a request on the calling thread (used by `musacoder check --compile` and tests).
+  CompileOutcome compile_now(const CompileRequest& req);
+
+  const Toolchain& toolchain() const { return tc_; }
+
+ private:
+  struct Built {
+    bool ok = false, cached = false, infra = false;
+    double seconds = 0;
+    std::string so_path, log, error;
+  };
+  Built build_native(const std::string& source);
+  Built build_extension(const LoadInlineCall& call);
+  Built build_cached(const std::string& key, const std::string& so_name,
+                     const std::function<Built(const std::string& dir)>& build);
+  std::string ensure_pch();  // path of the folder holding torch_ext.h(.gch)
+  void worker_loop();
+
+  Toolchain tc_;
+  CompilePoolOptions opts_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::map<std::string, std::shared_future<CompileOutcome>> inflight_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+  std::once_flag pch_once_;
+  std::string pch_dir_, pch_error_;
+};
+
+// Keeps the lines of a compiler log that matter for repair: errors with a little context,
+// the first ones first, at most `max_lines`.
+std::string trim_compiler_log(const std::string& log, size_t max_lines = 30);
+
+}  // namespace mc::eval

@@ -1,0 +1,49 @@
+// MooreEval end to end: extract -> static -> compile (CPU pool) -> execute, compare, time
+// (one judge per GPU) -> reward + feedback. One result per candidate, whatever happens to it.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/candidates.h"
+#include "eval/compile_pool.h"
+#include "eval/eval_config.h"
+#include "eval/result.h"
+
+namespace mc::eval {
+
+struct EvaluatorOptions {
+  std::vector<int> gpus = {0};  // one executor (judge) per entry
+  std::string device = "cuda";  // "cpu": judges run on the CPU (tests without a GPU)
+  std::string cache_dir;        // compile cache, reference timings, solution files
+  std::string scratch_dir;      // candidate scratch folders
+  int compile_workers = 0;      // 0: half the cores
+  bool sandbox = true;          // run candidates under `musacoder sandbox-exec`
+  std::string sandbox_exe;      // path of the musacoder binary
+  std::string cuda_arch;        // "" : detect
+  bool progress = true;
+  bool static_only = false;     // stop after the static stage (musacoder check)
+  bool compile_only = false;    // stop after compiling (no GPU needed)
+};
+
+class Evaluator {
+ public:
+  Evaluator(EvalConfig cfg, EvaluatorOptions opts);
+  ~Evaluator();
+
+  // Evaluates every candidate; `on_result` is called once per candidate (from any thread, one
+  // call at a time) as soon as its result is final. Returns the results in input order.
+  std::vector<EvalResult> run(const std::vector<Candidate>& candidates,
+                              const std::function<void(const EvalResult&)>& on_result = {});
+
+  // Reference timings (eager, optionally torch.compile) for KernelBench's baseline JSON.
+  nlohmann::json baseline(const std::vector<ProblemPtr>& problems, bool with_compile);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace mc::eval

@@ -1,0 +1,91 @@
+#include "eval/executor.h"
+
+#include "common/check.h"
+#include "common/fs.h"
+
+namespace mc::eval {
+
+Executor::Executor(ExecutorOptions opts) : opts_(std::move(opts)) {}
+
+Executor::~Executor() {
+  if (judge_) {
+    judge_->close_stdin();  // the judge exits at EOF and kills its spare candidate
+    judge_->wait(10000);
+  }
+}
+
+void Executor::start() {
+  fs::create_directories(opts_.scratch_dir);
+  SubprocessOptions o;
+  o.argv = {opts_.python, "-m", "musacoder_harness.judge",
+            "--device", opts_.device == "cpu" ? "cpu" : "cuda:0",
+            "--scratch", opts_.scratch_dir, "--cache-dir", opts_.cache_dir,
+            "--harness-dir", opts_.harness_dir};
+  if (!opts_.sandbox_exe.empty()) {
+    o.argv.push_back("--sandbox-exe");
+    o.argv.push_back(opts_.sandbox_exe);
+  }
+  o.env_set["PYTHONPATH"] = opts_.harness_dir;
+  o.env_set["PYTHONUNBUFFERED"] = "1";
+  o.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
+  if (opts_.device != "cpu") o.env_set["CUDA_VISIBLE_DEVICES"] = std::to_string(opts_.gpu);
+  o.pipe_stdin = true;
+  o.stderr_file = (fs::path(opts_.scratch_dir) / "judge.log").string();
+  judge_ = std::make_unique<Subprocess>(o);
+  bool timed_out = false;
+  auto line = judge_->read_line(static_cast<int>(opts_.startup_timeout_s * 1000), &timed_out);
+  auto fail = [&](const std::string& why) {
+    std::string log;
+    try {
+      log = read_file(o.stderr_file);
+    } catch (const Error&) {
+    }
+    if (log.size() > 1500) log = log.substr(log.size() - 1500);
+    judge_.reset();
+    throw InfraError("judge on GPU " + std::to_string(opts_.gpu) + " " + why + "; log: " + log);
+  };
+  if (!line) fail(timed_out ? "did not start in time" : "exited at start");
+  nlohmann::json hello;
+  try {
+    hello = nlohmann::json::parse(*line);
+  } catch (const std::exception&) {
+    fail("sent an unreadable greeting: " + line->substr(0, 200));
+  }
+  if (!hello.value("ok", false)) fail("could not start: " + hello.value("error", std::string("?")));
+  gpu_name_ = hello.value("gpu", "");
+  torch_version_ = hello.value("torch_version", "");
+}
+
+nlohmann::json Executor::call(nlohmann::json req, double timeout_s) {
+  if (!judge_ || !judge_->running()) {
+    if (judge_) ++restarts_;
+    start();
+  }
+  int id = next_id_++;
+  req["id"] = id;
+  if (!judge_->write_stdin(req.dump() + "\n")) {
+    judge_.reset();
+    throw InfraError("judge closed its input (it died)");
+  }
+  while (true) {
+    bool timed_out = false;
+    auto line = judge_->read_line(static_cast<int>(timeout_s * 1000), &timed_out);
+    if (!line) {
+      std::string what = timed_out ? "did not answer within " + std::to_string(int(timeout_s)) + " s"
+                                   : "died (" + judge_->wait(5000).describe() + ")";
+      judge_.reset();  // kills the judge's process group, candidates included
+      throw InfraError("judge " + what);
+    }
+    nlohmann::json reply;
+    try {
+      reply = nlohmann::json::parse(*line);
+    } catch (const std::exception&) {
+      continue;  // not a reply line
+    }
+    if (reply.value("id", -1) != id) continue;  // stale reply of an abandoned request
+    if (!reply.value("ok", false) && !judge_->running()) judge_.reset();
+    return reply;
+  }
+}
+
+}  // namespace mc::eval

@@ -1,0 +1,57 @@
+// Stage 4-7 driver: one persistent judge process (python/musacoder_harness/judge.py) per GPU.
+// The judge owns the reference, the comparison and the clock; it runs each candidate in its
+// own sandboxed process. This class restarts a judge that crashes or hangs and turns such
+// events into infrastructure errors, never into a candidate's score.
+// Not thread-safe: one thread drives one Executor.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/subprocess.h"
+
+namespace mc::eval {
+
+struct ExecutorOptions {
+  std::string device = "cuda";   // "cuda" or "cpu" (CPU mode exists for tests without a GPU)
+  int gpu = 0;                   // physical GPU index (CUDA_VISIBLE_DEVICES for the judge)
+  std::string python = "python3";
+  std::string harness_dir;       // holds the musacoder_harness package
+  std::string cache_dir;         // reference timings are cached under it
+  std::string scratch_dir;       // candidate scratch folders are created under it
+  std::string sandbox_exe;       // the musacoder binary (runs `sandbox-exec`); empty: no sandbox
+  double startup_timeout_s = 300;
+};
+
+// Thrown when the verifier itself fails (judge would not start, died, hung).
+class InfraError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorOptions opts);
+  ~Executor();
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Sends one request; returns the judge's reply ({"ok": true, "result": ...} or
+  // {"ok": false, "infra_error": ...}). Starts the judge on first use and restarts it after a
+  // crash or a hang (then throws InfraError for this request).
+  nlohmann::json call(nlohmann::json req, double timeout_s);
+
+  const std::string& gpu_name() const { return gpu_name_; }
+  const std::string& torch_version() const { return torch_version_; }
+  int restarts() const { return restarts_; }
+
+ private:
+  void start();
+  ExecutorOptions opts_;
+  std::unique_ptr<Subprocess> judge_;
+  std::string gpu_name_, torch_version_;
+  int next_id_ = 1, restarts_ = 0;
+};
+
+}  // namespace mc::eval

@@ -1,0 +1,26 @@
+// The candidate sandbox, applied by `musacoder sandbox-exec` just before exec'ing the
+// candidate runner: untrusted code gets no network, can write only under its scratch folder
+// (and the GPU device nodes / shared memory it needs), cannot trace or signal other processes,
+// and dumps no core. Each layer that the kernel refuses is reported, not silently assumed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mc::eval {
+
+struct SandboxOptions {
+  std::string scratch;                    // the only ordinary folder the candidate may write
+  std::vector<std::string> extra_writable = {"/dev", "/dev/shm"};
+  bool require_all = false;               // fail instead of degrading when a layer is missing
+  long max_file_bytes = 4L << 30;         // RLIMIT_FSIZE
+};
+
+// Applies every layer to the calling process. Returns the layers in force, e.g.
+// "netns+landlock+seccomp". Throws mc::Error when require_all and a layer is unavailable.
+std::string apply_sandbox(const SandboxOptions& opts);
+
+// apply_sandbox, then execvp(argv). Only returns by throwing.
+[[noreturn]] void sandbox_exec(const SandboxOptions& opts, const std::vector<std::string>& argv);
+
+}  // namespace mc::eval

@@ -1,0 +1,97 @@
+#include "eval/toolchain.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "common/check.h"
+#include "common/fs.h"
+#include "common/hash.h"
+#include "common/subprocess.h"
+
+#ifndef MUSACODER_SOURCE_DIR
+#define MUSACODER_SOURCE_DIR "."
+#endif
+
+namespace mc::eval {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : fallback;
+}
+
+std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+}  // namespace
+
+std::string musacoder_home() { return env_or("MUSACODER_HOME", MUSACODER_SOURCE_DIR); }
+
+std::string Toolchain::id() const {
+  KeyBuilder k;
+  k.add("toolchain-v1").add(nvcc_version).add(cuda_arch).add(torch_version).add(torch_cuda);
+  return k.hex().substr(0, 16);
+}
+
+void Toolchain::load_torch_info() {
+  static std::mutex mu;
+  std::lock_guard lk(mu);
+  if (torch_loaded) return;
+  SubprocessOptions o;
+  o.argv = {python, "-m", "musacoder_harness.toolchain"};
+  o.env_set["PYTHONPATH"] = harness_dir;
+  RunResult r = run_command(o, 120000);
+  MC_CHECK(r.status.ok(), "cannot query torch through ", python, " (", r.status.describe(),
+           "): ", r.err.substr(r.err.size() > 800 ? r.err.size() - 800 : 0),
+           "\n  fix: install torch==2.11.0 (scripts/setup.sh) or set MUSACODER_PYTHON");
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(first_line(r.out.substr(r.out.find('{'))));
+  } catch (const std::exception& e) {
+    throw Error(str_cat("unexpected toolchain probe output: ", r.out.substr(0, 300)));
+  }
+  torch_version = j.at("torch_version");
+  torch_cuda = j.value("torch_cuda", "");
+  python_include = j.at("python_include");
+  cuda_home = j.value("cuda_home", "");
+  torch_include_paths = j.at("include_paths").get<std::vector<std::string>>();
+  torch_library_paths = j.at("library_paths").get<std::vector<std::string>>();
+  nvcc_flags = j.at("nvcc_flags").get<std::vector<std::string>>();
+  torch_loaded = true;
+}
+
+Toolchain discover_toolchain(const std::string& cuda_arch_override) {
+  Toolchain t;
+  std::string home = musacoder_home();
+  t.harness_dir = env_or("MUSACODER_HARNESS_DIR", home + "/python");
+  t.include_dir = home + "/include";
+  t.lite_header_dir = home + "/src/eval/lite_headers";
+  t.python = env_or("MUSACODER_PYTHON", "python3");
+  std::string cuda_home = env_or("CUDA_HOME", "/usr/local/cuda");
+  t.nvcc = fs::exists(cuda_home + "/bin/nvcc") ? cuda_home + "/bin/nvcc" : "nvcc";
+  t.cxx = env_or("CXX", "c++");
+  SubprocessOptions o;
+  o.argv = {t.nvcc, "--version"};
+  RunResult r = run_command(o, 30000);
+  std::smatch m;
+  static const std::regex ver(R"(V(\d+\.\d+\.\d+))");
+  if (r.status.ok() && std::regex_search(r.out, m, ver)) t.nvcc_version = m[1];
+  std::string arch = cuda_arch_override.empty() ? env_or("MUSACODER_CUDA_ARCH", "") : cuda_arch_override;
+  if (arch.empty()) {
+    SubprocessOptions q;
+    q.argv = {"nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"};
+    try {
+      RunResult s = run_command(q, 15000);
+      std::string cap = first_line(s.out);
+      cap.erase(std::remove(cap.begin(), cap.end(), '.'), cap.end());
+      cap.erase(std::remove_if(cap.begin(), cap.end(), ::isspace), cap.end());
+      if (s.status.ok() && !cap.empty()) arch = cap;
+    } catch (const Error&) {
+    }
+  }
+  t.cuda_arch = arch.empty() ? "90" : arch;
+  return t;
+}
+
+}  // namespace mc::eval

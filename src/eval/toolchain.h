@@ -1,0 +1,38 @@
+// The compilers and libraries candidates are built with, discovered once per process.
+// Part of every compile cache key: a different nvcc, torch or GPU arch is a different build.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mc::eval {
+
+struct Toolchain {
+  std::string nvcc = "nvcc";      // path of nvcc
+  std::string nvcc_version;       // "13.0.88" (from `nvcc --version`)
+  std::string cxx = "c++";        // host compiler, as load_inline uses it
+  std::string cuda_arch = "90";   // compute capability without the dot
+  std::string python = "python3"; // the interpreter that runs the harness
+  std::string harness_dir;        // folder that holds the musacoder_harness package
+  std::string include_dir;        // MusaCoder's include/ (native_abi.h)
+  std::string lite_header_dir;    // shadow torch/extension.h for the fast tier (see compile_pool.cc)
+  // torch extension facts (filled by load_torch_info(); empty until then)
+  bool torch_loaded = false;
+  std::string torch_version, torch_cuda, python_include, cuda_home;
+  std::vector<std::string> torch_include_paths, torch_library_paths, nvcc_flags;
+
+  std::string id() const;  // digest for cache keys
+  // Runs `python -m musacoder_harness.toolchain` (once; thread-safe). Throws mc::Error with
+  // the interpreter's message if torch cannot be imported.
+  void load_torch_info();
+};
+
+// Discovers nvcc, the GPU arch (MUSACODER_CUDA_ARCH, else nvidia-smi, else 90), the python
+// interpreter (MUSACODER_PYTHON, else python3) and MusaCoder's own data folders
+// (MUSACODER_HOME, else the source tree this binary was built from).
+Toolchain discover_toolchain(const std::string& cuda_arch_override = "");
+
+// MusaCoder's installation root (holds python/, include/, docs/).
+std::string musacoder_home();
+
+}  // namespace mc::eval

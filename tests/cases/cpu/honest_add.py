@@ -1,0 +1,29 @@
+# problem: 1_Add
+# expect: ok
+# CPU-mode candidate: a C++ loop (no ATen compute), built by the compile pool.
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+add_source = """
+#include <torch/extension.h>
+torch::Tensor add_cpu(torch::Tensor a, torch::Tensor b) {
+    auto out = torch::empty_like(a);
+    const float* pa = a.data_ptr<float>();
+    const float* pb = b.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < a.numel(); ++i) po[i] = pa[i] + pb[i];
+    return out;
+}
+"""
+
+add_ext = load_inline(name="add_cpu_ext", cpp_sources=add_source, functions=["add_cpu"],
+                      with_cuda=False)
+
+
+class ModelNew(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return add_ext.add_cpu(a.contiguous(), b.contiguous())
