@@ -37,6 +37,7 @@ struct RunOptions {
   int compile_workers = 0;       // 0: half the cores
   bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
   bool no_progress = false;
+  bool skip_static = false;      // test the run-time defenses alone (never for scoring)
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;
   EvalConfig cfg;
@@ -99,6 +100,7 @@ std::unique_ptr<Evaluator> make_evaluator(RunOptions& o) {
   eo.sandbox_exe = self_exe();
   eo.cuda_arch = o.cuda_arch;
   eo.progress = !o.no_progress;
+  eo.skip_static = o.skip_static;
   return std::make_unique<Evaluator>(o.cfg, eo);
 }
 
@@ -232,6 +234,12 @@ int main(int argc, char** argv) {
   eval->add_option("--compile-workers", eval_opts.compile_workers, "compile pool size (0: cores/2)")
       ->envname("MUSACODER_COMPILE_WORKERS");
   eval->add_flag("--no-timing", [&](int64_t) { eval_opts.cfg.timing = false; }, "skip timing");
+  eval->add_option("--trial-timeout", eval_opts.cfg.trial_timeout_s, "seconds per correctness trial")
+      ->capture_default_str()->envname("MUSACODER_TRIAL_TIMEOUT");
+  eval->add_option("--load-timeout", eval_opts.cfg.load_timeout_s, "seconds to import and construct")
+      ->capture_default_str()->envname("MUSACODER_LOAD_TIMEOUT");
+  eval->add_flag("--skip-static", eval_opts.skip_static,
+                 "skip static legality (to test the run-time defenses alone; not for scoring)");
   eval->add_flag("--no-sandbox", eval_opts.no_sandbox, "run candidates unsandboxed (debugging only)");
   eval->add_option("--speedup-review-bound", eval_opts.cfg.speedup_review_bound,
                    "speedups above this are flagged, not paid")->capture_default_str();

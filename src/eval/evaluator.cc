@@ -188,7 +188,7 @@ std::vector<EvalResult> Evaluator::run(const std::vector<Candidate>& candidates,
     }
     r.solution_format = to_string(it.ex.format);
     StaticCheckOptions so{m.cfg.precision, m.cfg.allow};
-    r.violations = static_check(it.ex.code, it.ex.format, so);
+    if (!m.opts.skip_static) r.violations = static_check(it.ex.code, it.ex.format, so);
     if (!r.violations.empty()) {
       r.verdict = Verdict::kStaticViolation;
       r.rule = r.violations.front().rule;

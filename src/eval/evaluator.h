@@ -24,8 +24,7 @@ struct EvaluatorOptions {
   std::string sandbox_exe;      // path of the musacoder binary
   std::string cuda_arch;        // "" : detect
   bool progress = true;
-  bool static_only = false;     // stop after the static stage (musacoder check)
-  bool compile_only = false;    // stop after compiling (no GPU needed)
+  bool skip_static = false;     // testing the run-time defenses alone (never for scoring)
 };
 
 class Evaluator {

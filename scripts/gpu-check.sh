@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
+# tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
+# thing printed is a short table.
+#   STAGES="env suite bench" (default: all)   BIN=path/to/musacoder (default: build it)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+STAGES=${STAGES:-"env suite bench"}
+BIN=${BIN:-}
+if [ -z "$BIN" ]; then
+  if [ -x build-device/musacoder ]; then BIN=$PWD/build-device/musacoder
+  else
+    cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSACODER_TESTS=OFF >"$OUT/build.log" 2>&1 &&
+      cmake --build build-gpu --target musacoder >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
+    BIN=$PWD/build-gpu/musacoder
+  fi
+fi
+echo "binary: $BIN"
+rc=0
+for stage in $STAGES; do
+  case $stage in
+    env)
+      { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv;
+        nproc; uname -r; python3 -c 'import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))';
+        nvcc --version | tail -2; g++ --version | head -1; } 2>&1 | tee "$OUT/env.log" ;;
+    suite)
+      python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
+    bench)
+      if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
+  esac
+done
+exit $rc

@@ -1,0 +1,30 @@
+# problem: 1_Add
+# expect: static_violation output_cache
+# expect-runtime: incorrect
+# output caching: results cached by input address (fresh inputs at a reused address get a stale answer).
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+src = r"""
+#include <torch/extension.h>
+__global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a[i] + b[i];
+}
+torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b) {
+    auto y = torch::empty_like(a);
+    int64_t n = a.numel();
+    add_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(a.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="cache_ext", cpp_sources="torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);", cuda_sources=src, functions=["add_cuda"])
+_cache = {}
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        key = (a.data_ptr(), b.data_ptr())
+        if key not in _cache:
+            _cache[key] = ext.add_cuda(a, b)
+        return _cache[key]

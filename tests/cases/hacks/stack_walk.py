@@ -1,0 +1,34 @@
+# problem: 2_ReLU
+# expect: static_violation stack_inspection
+# expect-runtime: reject
+# stack walking: looks for the reference output in the caller's frames.
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+src = r"""
+#include <torch/extension.h>
+__global__ void relu_kernel(const float* x, float* y, int64_t n) {
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i < n) y[i] = fmaxf(x[i], 0.0f);
+}
+torch::Tensor relu_cuda(torch::Tensor x) {
+    auto y = torch::empty_like(x);
+    int64_t n = x.numel();
+    relu_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(x.data_ptr<float>(), y.data_ptr<float>(), n);
+    return y;
+}
+"""
+ext = load_inline(name="stack_ext", cpp_sources="torch::Tensor relu_cuda(torch::Tensor x);", cuda_sources=src, functions=["relu_cuda"])
+
+import sys
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        frame = sys._getframe(1)
+        while frame is not None:
+            for v in frame.f_locals.values():
+                if isinstance(v, torch.Tensor) and v.shape == x.shape and v is not x:
+                    return v
+            frame = frame.f_back
+        return torch.zeros_like(x)
