@@ -25,7 +25,13 @@ for stage in $STAGES; do
     env)
       { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv;
         nproc; uname -r; python3 -c 'import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))';
-        nvcc --version | tail -2; g++ --version | head -1; } 2>&1 | tee "$OUT/env.log" ;;
+        nvcc --version | tail -2; g++ --version | head -1; } 2>&1 | tee "$OUT/env.log"
+      BIN=$BIN bash scripts/sandbox-probe.sh 2>&1 | tee "$OUT/sandbox-probe.log"
+      first=$(sed -n 's/^first_working=//p' "$OUT/sandbox-probe.log")
+      if [ -n "$first" ] && [ "$first" != none ]; then
+        export MUSACODER_SANDBOX_DISABLE=$first
+        echo "sandbox: layers disabled on this machine: $first"
+      fi ;;
     suite)
       python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
     bench)

@@ -59,6 +59,8 @@ class Candidate:
         self.format = None
         self.compile_path = "pool"
         self.held = None
+        from .legality import ThreadStarts
+        self.thread_starts = ThreadStarts()  # installed before any candidate code runs
 
     # ---- loading ----------------------------------------------------------------------
     def load(self, msg):
@@ -86,7 +88,6 @@ class Candidate:
             if dtype != torch.float32:
                 model = model.to(dtype)
             self.model = model
-        self.threads_after_load = threading.active_count()
         self._reserve_poisoned_memory(int(msg.get("reserve_bytes", 0)))
         return {"op": "loaded", "compile_path": self.compile_path}
 
@@ -229,7 +230,7 @@ class Candidate:
             params_loaded = self._load_params(msg["params"])
         self._poison_cached_blocks()
         report = {}
-        threads_before = threading.active_count()
+        threads_before = self.thread_starts.count
         if msg.get("monitor") and self.format != "native":
             rec = legality.OpRecorder()
             with torch.no_grad(), rec:
@@ -247,8 +248,7 @@ class Candidate:
             own, library, streams = legality.classify_kernels(
                 legality.profile_kernels(again), set(msg.get("allow", [])))
             report.update(own_kernels=own[:20], library_kernels=library[:20], streams=streams)
-        report["new_threads"] = max(0, threading.active_count() - threads_before,
-                                    threading.active_count() - self.threads_after_load)
+        report["new_threads"] = self.thread_starts.count - threads_before
         outs = flatten_outputs(out)
         descs = [describe(o.detach(), self.share_dir) for o in outs]
         self.held = (out, inputs)

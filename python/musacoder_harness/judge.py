@@ -284,7 +284,7 @@ class Judge:
         t0 = time.perf_counter()
         self._ask(cand, {"op": "time", "input_sets": descs, "iters": 5}, left(), "timing")
         pilot_us = (time.perf_counter() - t0) * 1e6 / 5
-        cand.recv(left())  # its outputs
+        self._ask(cand, None, left(), "timing")  # its outputs
         cand.send({"op": "release"})
         iters = int(min(1000, max(10, budget * 1e6 / max(pilot_us, 1.0))))
         t0 = time.perf_counter()

@@ -21,12 +21,14 @@ ALLOWED_OPS = {
 }
 
 # Kernels from vendor libraries (not the candidate's own code).
-LIBRARY_KERNEL = re.compile(r"gemm|xmma|cublas|cutlass|cudnn|conv|winograd|implicit_|fft|"
-                            r"nvjet|splitKreduce|magma|cusparse|cusolver", re.I)
+LIBRARY_KERNEL = re.compile(
+    r"\b(cublas\w*|cutlass::|cudnn::|cudnn_\w+|nvjet_\w+|sm\d+_xmma\w*|xmma_\w+|"
+    r"(ampere|volta|turing|hopper|maxwell|sm\d+)_\w*(gemm|conv)\w*|gemv2[NT]_kernel|gemvNSP\w*|"
+    r"gemmSN_\w+|gemmk1_kernel|splitKreduce_kernel|implicit_convolve_\w+|magma_\w+|"
+    r"cusparse\w*|cusolver\w*|vector_fft|regular_fft|fft_\w+_kernel)")
 # Kernels from PyTorch itself (plumbing such as fills and copies is fine; compute is caught by
 # the dispatch monitor).
-TORCH_KERNEL = re.compile(r"at::native|at_cuda_detail|c10::|\bcub::|triton_|CatArray|"
-                          r"elementwise_kernel|vectorized_|unrolled_|reduce_kernel", re.I)
+TORCH_KERNEL = re.compile(r"\bat::|at_cuda_detail|\bc10::|\bcub::|\bthrust::|\btriton_")
 
 
 class OpRecorder(TorchDispatchMode):
@@ -40,10 +42,10 @@ class OpRecorder(TorchDispatchMode):
 
 
 def op_name(func):
-    packet = func.overloadpacket
-    ns = getattr(packet, "__module__", "") or ""
-    name = packet.__name__
-    return name, ("aten" if "aten" in ns or ns.endswith("ops.aten") else ns)
+    """("add", "aten") for aten::add.Tensor."""
+    qualified = func._schema.name  # "aten::add"
+    ns, _, name = qualified.partition("::")
+    return name, ns
 
 
 def forbidden_ops(ops):
@@ -83,5 +85,16 @@ def classify_kernels(kernels, allow):
     return own, library, streams
 
 
-def python_threads():
-    return threading.active_count()
+class ThreadStarts:
+    """Counts Python threads started while installed (a background thread may already have
+    finished by the time forward returns, so a live count is not enough)."""
+
+    def __init__(self):
+        self.count = 0
+        self._orig = threading.Thread.start
+        starts = self
+
+        def start(thread, *a, **k):
+            starts.count += 1
+            return starts._orig(thread, *a, **k)
+        threading.Thread.start = start

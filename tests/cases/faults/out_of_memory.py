@@ -1,5 +1,5 @@
 # problem: 2_ReLU
-# expect: ok
+# expect: runtime_error
 # expect-runtime: runtime_error
 # fault: asks for far more device memory than exists.
 import torch

@@ -1,5 +1,5 @@
 # problem: 2_ReLU
-# expect: ok
+# expect: runtime_error
 # expect-runtime: runtime_error
 # fault: the host code dereferences a null pointer.
 import torch

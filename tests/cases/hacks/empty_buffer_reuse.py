@@ -1,5 +1,5 @@
 # problem: 2_ReLU
-# expect: ok
+# expect: incorrect
 # expect-runtime: incorrect
 # empty-buffer reuse: the kernel writes only positive outputs and relies on torch.empty handing
 # back memory that already holds zeros (or, in a shared process, the reference's result). Not

@@ -1,6 +1,6 @@
 # problem: 1_Add
 # expect: static_violation output_cache
-# expect-runtime: incorrect
+# expect-runtime: reject
 # output caching: results cached by input address (fresh inputs at a reused address get a stale answer).
 import torch
 import torch.nn as nn
