@@ -28,7 +28,11 @@ for stage in $STAGES; do
         nvcc --version | tail -2; g++ --version | head -1; } 2>&1 | tee "$OUT/env.log"
       BIN=$BIN bash scripts/sandbox-probe.sh 2>&1 | tee "$OUT/sandbox-probe.log"
       first=$(sed -n 's/^first_working=//p' "$OUT/sandbox-probe.log")
-      if [ -n "$first" ] && [ "$first" != none ]; then
+      writable=$(sed -n 's/^landlock_writable=//p' "$OUT/sandbox-probe.log")
+      if [ -n "$writable" ]; then
+        export MUSACODER_SANDBOX_WRITABLE=$writable
+        echo "sandbox: landlock needs these folders writable on this machine: $writable"
+      elif [ -n "$first" ] && [ "$first" != none ]; then
         export MUSACODER_SANDBOX_DISABLE=$first
         echo "sandbox: layers disabled on this machine: $first"
       fi ;;

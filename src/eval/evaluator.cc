@@ -59,6 +59,7 @@ struct Evaluator::Impl {
     e.cache_dir = opts.cache_dir;
     e.scratch_dir = (fs::path(opts.scratch_dir) / ("gpu" + std::to_string(gpu))).string();
     if (opts.sandbox) e.sandbox_exe = opts.sandbox_exe;
+    e.spares = opts.device == "cpu" ? 1 : 3;
     return e;
   }
 
@@ -119,6 +120,7 @@ struct Evaluator::Impl {
     r.reference_time = timing_from_judge(j.value("reference_time", nlohmann::json()));
     if (j.contains("speedup") && j["speedup"].is_number()) r.speedup = j["speedup"].get<double>();
     r.gpu = j.value("gpu", "");
+    r.exec_s = j.value("judge_s", 0.0);
     r.torch_version = j.value("torch_version", "");
     if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
     if (r.speedup && (*r.speedup > cfg.speedup_review_bound || r.degenerate_reference))

@@ -25,6 +25,8 @@ void Executor::start() {
     o.argv.push_back("--sandbox-exe");
     o.argv.push_back(opts_.sandbox_exe);
   }
+  o.argv.push_back("--spares");
+  o.argv.push_back(std::to_string(opts_.spares));
   o.env_set["PYTHONPATH"] = opts_.harness_dir;
   o.env_set["PYTHONUNBUFFERED"] = "1";
   o.env_set["PYTHONDONTWRITEBYTECODE"] = "1";

@@ -22,6 +22,7 @@ struct ExecutorOptions {
   std::string scratch_dir;       // candidate scratch folders are created under it
   std::string sandbox_exe;       // the musacoder binary (runs `sandbox-exec`); empty: no sandbox
   double startup_timeout_s = 300;
+  int spares = 3;                // warm candidate processes the judge keeps ready
 };
 
 // Thrown when the verifier itself fails (judge would not start, died, hung).

@@ -71,6 +71,7 @@ nlohmann::json to_json(const EvalResult& r) {
       {"gpu", r.gpu},
       {"torch_version", r.torch_version},
       {"wall_s", r.wall_s},
+      {"exec_s", r.exec_s},
   };
   return j;
 }
@@ -118,6 +119,7 @@ EvalResult result_from_json(const nlohmann::json& j) {
     r.gpu = j.value("gpu", "");
     r.torch_version = j.value("torch_version", "");
     r.wall_s = j.value("wall_s", 0.0);
+    r.exec_s = j.value("exec_s", 0.0);
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("malformed result row: ", e.what()));
   }

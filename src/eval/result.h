@@ -46,7 +46,8 @@ struct EvalResult {
   bool speedup_flagged = false;  // beyond the review bound: not paid
   std::optional<double> reward;  // absent for infra errors
   std::string gpu, torch_version;
-  double wall_s = 0;             // this candidate, end to end
+  double wall_s = 0;             // this candidate, end to end (queueing and compile included)
+  double exec_s = 0;             // inside the judge: load, trials, timing
 
   bool correct() const { return trials_total > 0 && trials_passed == trials_total; }
   bool legal() const;  // no rule fired (meaningful only once execution got that far)

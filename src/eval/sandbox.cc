@@ -13,6 +13,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <sstream>
 
 #include "common/check.h"
 
@@ -49,6 +50,12 @@ bool apply_landlock(const SandboxOptions& opts, std::string* why) {
   }
   std::vector<std::string> paths = opts.extra_writable;
   paths.push_back(opts.scratch);
+  // MUSACODER_SANDBOX_WRITABLE=/a:/b adds writable folders (for drivers that need them).
+  if (const char* extra = std::getenv("MUSACODER_SANDBOX_WRITABLE")) {
+    std::stringstream ss(extra);
+    for (std::string p; std::getline(ss, p, ':');)
+      if (!p.empty()) paths.push_back(p);
+  }
   for (const auto& p : paths) {
     int fd = ::open(p.c_str(), O_PATH | O_CLOEXEC);
     if (fd < 0) continue;

@@ -77,12 +77,15 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     common = ["--cache-dir", args.cache_dir, "--trial-timeout", "20", "--timing-budget", "1.0"]
-    table, failures = [], 0
+    table, failures, details = [], 0, []
 
     def check(suite, name, row, expect, note=""):
         nonlocal failures
         ok = matches(row, expect)
         failures += not ok
+        if not ok and row is not None:
+            details.append(f"{suite}/{name}: {row.get('reason', '')[:200]} | "
+                           f"{(row.get('runtime_error') or row.get('infra_error') or '')[-400:]}")
         got = "missing" if row is None else f"{row['verdict']} {row['rule']}".strip()
         table.append((suite, name, expect, got, "PASS" if ok else "FAIL", note))
 
@@ -144,6 +147,8 @@ def main():
     for name, m1, m2, d in agreement:
         print(f"| {name} | {m1:.2f} | {m2:.2f} | {100 * d:.1f}% |")
     print(f"\nhonest set wall: cold {wall_cold:.1f}s, warm {wall_warm:.1f}s")
+    for d in details:
+        print("FAIL DETAIL", d.replace("\n", " / "))
     passed = sum(1 for r in table if r[4] == "PASS")
     with open(os.path.join(args.out, "gpu_suite.json"), "w") as f:
         json.dump({"table": table, "agreement": agreement, "wall_cold_s": wall_cold,

@@ -1,6 +1,6 @@
 # problem: 2_ReLU
 # expect: static_violation monkeypatch
-# expect-runtime: incorrect
+# expect-runtime: reject
 # allclose monkeypatch: every comparison says equal, and the kernel is wrong.
 import torch
 import torch.nn as nn
