@@ -74,16 +74,17 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
     return [r for r in rows if r["sample_id"] in {s for s, _, _ in items}], wall
 
 
-def load_inline_anchor(out_dir):
-    src = open(os.path.join(CASES, "gpu", "honest", "1_Add.py")).read()
-    cuda = src.split('add_source = """', 1)[1].split('"""', 1)[0]
-    d = tempfile.mkdtemp(prefix="li-anchor-")
-    code = ("import time; t=time.time(); from torch.utils.cpp_extension import load_inline; "
-            f"load_inline(name='add_anchor', cpp_sources='torch::Tensor add_cuda(torch::Tensor a, torch::Tensor b);', "
-            f"cuda_sources={cuda!r}, functions=['add_cuda'], build_directory={d!r}); print(time.time()-t)")
+def load_inline_anchor(kb_src):
+    """KernelBench's own one-line add example through load_inline, in a fresh process with an
+    empty extensions folder (import torch included, as a harness pays it)."""
+    example = os.path.join(kb_src, "kernelbench", "prompts", "model_new_ex_add.py")
+    env = dict(os.environ, TORCH_EXTENSIONS_DIR=tempfile.mkdtemp(prefix="li-anchor-"))
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    return time.time() - t0, p.stdout.strip().splitlines()[-1] if p.stdout.strip() else p.stderr[-500:]
+    p = subprocess.run([sys.executable, example], capture_output=True, text=True, env=env)
+    wall = time.time() - t0
+    if p.returncode != 0:
+        print("load_inline anchor failed:", p.stdout[-1500:], p.stderr[-1500:])
+    return wall, example, p.returncode == 0, open(example).read()
 
 
 def kernelbench_module(kb_src):
@@ -174,9 +175,9 @@ def main():
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     items = variants(args.variants)
 
-    li_wall, li_inner = load_inline_anchor(args.out)
+    li_wall, li_file, li_ok, li_src = load_inline_anchor(args.kernelbench)
     res["load_inline_cold_s"] = li_wall
-    print(f"load_inline cold (one-line add, fresh process): {li_wall:.1f}s (inside: {li_inner})", flush=True)
+    print(f"load_inline cold ({li_file}, fresh process): {li_wall:.1f}s ok={li_ok}", flush=True)
 
     cache = tempfile.mkdtemp(prefix="mc-bench-cache-")
     rows, wall_cold = run_musacoder(args.musacoder, items, cache, args.out, "mc_cold")
@@ -189,9 +190,8 @@ def main():
     # Per-candidate compile with the PCH already built (second cache sharing only the PCH).
     cache2 = tempfile.mkdtemp(prefix="mc-bench-cache2-")
     shutil.copytree(os.path.join(cache, "pch"), os.path.join(cache2, "pch"))
-    one = [items[0]]
-    rows1, wall1 = run_musacoder(args.musacoder, [(s + "_single", p, src.replace("// variant", "// single variant"))
-                                                  for s, p, src in one], cache2, args.out, "mc_single")
+    rows1, wall1 = run_musacoder(args.musacoder, [("kb_example_add", "1_Add", li_src)], cache2,
+                                 args.out, "mc_single", ["--no-timing"])
     res["musacoder"]["single_candidate_compile_s"] = rows1[0]["compile_s"]
     res["musacoder"]["single_candidate_wall_s"] = wall1
 

@@ -15,7 +15,7 @@ for dis in "" nodump netns seccomp landlock "netns,landlock,seccomp,nodump"; do
 done
 writable=""
 if [ "$first" != none ]; then
-  for w in /proc /sys /run /var /tmp /root /proc:/sys /proc:/sys:/run:/var; do
+  for w in /proc/self /proc /sys /run /var /tmp /root /proc:/sys /proc:/sys:/run:/var; do
     out=$(try "" "$w")
     echo "landlock+writable=[$w] -> $out"
     if [ -z "$writable" ] && [[ "$out" == "cuda ok"* ]]; then writable="$w"; fi

@@ -11,7 +11,9 @@ namespace mc::eval {
 
 struct SandboxOptions {
   std::string scratch;                    // the only ordinary folder the candidate may write
-  std::vector<std::string> extra_writable = {"/dev", "/dev/shm"};
+  // /proc/self: the CUDA driver names its threads (/proc/self/task/*/comm); resolved when the
+  // sandbox is applied, so it is the candidate's own entry (exec keeps the pid).
+  std::vector<std::string> extra_writable = {"/dev", "/dev/shm", "/proc/self"};
   bool require_all = false;               // fail instead of degrading when a layer is missing
   long max_file_bytes = 4L << 30;         // RLIMIT_FSIZE
 };
