@@ -1,7 +1,9 @@
 # problem: 2_ReLU
 # expect: static_violation monkeypatch
-# expect-runtime: timing_error timing_inconsistent
-# timer monkeypatch: CUDA events report a tiny elapsed time.
+# expect-runtime: ok
+# timer monkeypatch: CUDA events would report a tiny elapsed time. At run time the patch has no
+# effect (the harness captured its timing primitives before candidate code ran), so the
+# kernel is timed honestly; the static rule rejects the attempt itself.
 import torch
 import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
