@@ -138,8 +138,17 @@ class Judge:
         trial_inputs = []
         for t in range(trials):
             trial_inputs.append((seed * 1000 + t + 1, variant_for(t)))
+        t_stage = time.monotonic()
         cand = self.take_candidate()
         share = cand.scratch
+        stage_s = res["stage_s"] = {"take": time.monotonic() - t_stage}
+
+        def lap(name):  # seconds spent in each stage, for the row's exec breakdown
+            nonlocal t_stage
+            now = time.monotonic()
+            stage_s[name] = now - t_stage
+            t_stage = now
+        t_stage = time.monotonic()
         try:
             load = {"op": "load", "format": req["format"], "dtype": str(dtype), "seed": seed,
                     "solution_path": req.get("solution_path", ""),
@@ -159,6 +168,7 @@ class Judge:
             del out0, inputs0
             rep = self._ask(cand, load, self.args.load_timeout, "load")
             res["compile_path"] = rep.get("compile_path", "pool")
+            lap("load")
 
             passed, first_mismatch = 0, None
             for t, (tseed, variant) in enumerate(trial_inputs):
@@ -209,10 +219,12 @@ class Judge:
                     first_mismatch = detail
                 res["trials_passed"] = passed
             res["mismatch"] = first_mismatch
+            lap("trials")
             if passed < trials:
                 raise Verdict("incorrect", f"{passed}/{trials} trials matched the reference")
             if req.get("timing", True):
                 self._time(req, prob, ref_model, cand, res, dtype, seed)
+                lap("timing")
             res["verdict"], res["stage"] = "ok", "done"
         except Verdict as v:
             res.update(verdict=v.verdict, reason=v.reason, rule=v.rule, **v.extra)

@@ -121,6 +121,7 @@ struct Evaluator::Impl {
     if (j.contains("speedup") && j["speedup"].is_number()) r.speedup = j["speedup"].get<double>();
     r.gpu = j.value("gpu", "");
     r.exec_s = j.value("judge_s", 0.0);
+    r.exec_stages = j.value("stage_s", nlohmann::json());
     r.torch_version = j.value("torch_version", "");
     if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
     if (r.speedup && (*r.speedup > cfg.speedup_review_bound || r.degenerate_reference))

@@ -72,6 +72,7 @@ nlohmann::json to_json(const EvalResult& r) {
       {"torch_version", r.torch_version},
       {"wall_s", r.wall_s},
       {"exec_s", r.exec_s},
+      {"exec_stages", r.exec_stages},
   };
   return j;
 }
@@ -120,6 +121,7 @@ EvalResult result_from_json(const nlohmann::json& j) {
     r.torch_version = j.value("torch_version", "");
     r.wall_s = j.value("wall_s", 0.0);
     r.exec_s = j.value("exec_s", 0.0);
+    r.exec_stages = j.value("exec_stages", nlohmann::json());
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("malformed result row: ", e.what()));
   }

@@ -48,6 +48,7 @@ struct EvalResult {
   std::string gpu, torch_version;
   double wall_s = 0;             // this candidate, end to end (queueing and compile included)
   double exec_s = 0;             // inside the judge: load, trials, timing
+  nlohmann::json exec_stages;    // seconds per judge stage {take, load, trials, timing}
 
   bool correct() const { return trials_total > 0 && trials_passed == trials_total; }
   bool legal() const;  // no rule fired (meaningful only once execution got that far)

@@ -8,6 +8,8 @@ from torch.utils.cpp_extension import load_inline
 
 src = r"""
 #include <torch/extension.h>
+#include <c10/cuda/CUDAException.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void bad(float* y) { y[(int64_t)threadIdx.x * (1LL << 36)] = 1.f; }
 torch::Tensor f_cuda(torch::Tensor x) {
     auto y = torch::empty_like(x);

@@ -8,6 +8,7 @@ from torch.utils.cpp_extension import load_inline
 
 src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void spin(float* y, int n) { volatile int k = 0; while (n > 0) { k = k + 1; } y[0] = k; }
 torch::Tensor f_cuda(torch::Tensor x) {
     auto y = torch::empty_like(x);

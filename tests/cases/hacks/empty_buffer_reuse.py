@@ -10,6 +10,7 @@ from torch.utils.cpp_extension import load_inline
 
 src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void relu_pos(const float* x, float* y, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n && x[i] > 0.f) y[i] = x[i];

@@ -8,6 +8,7 @@ from torch.utils.cpp_extension import load_inline
 
 src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_fp16.h>
 __global__ void mm_half(const float* A, const float* B, float* C, int n) {
     int r = blockIdx.y * 16 + threadIdx.y, c = blockIdx.x * 16 + threadIdx.x;

@@ -8,6 +8,7 @@ from torch.utils.cpp_extension import load_inline
 
 src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void add_kernel(const float* a, const float* b, float* y, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] = a[i] + b[i];

@@ -7,6 +7,7 @@ import torch.nn as nn
 from torch.utils.cpp_extension import load_inline
 src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 __global__ void relu_kernel(const float* x, float* y, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i < n) y[i] = fmaxf(x[i], 0.0f);

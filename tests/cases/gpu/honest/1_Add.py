@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 add_source = """
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime.h>
 
 __global__ void add_kernel(const float4* __restrict__ a, const float4* __restrict__ b,

@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 
 __global__ void relu_kernel(const float* __restrict__ x, float* __restrict__ y, int64_t n) {
     int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;

@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <cfloat>
 
 // One block per row: max, then sum of exp, then normalise (three passes, numerically stable).

@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 
 // One block per row; mean and variance in one pass (Welford would be safer for huge rows).
 __global__ void layernorm_rows(const float* __restrict__ x, const float* __restrict__ w,

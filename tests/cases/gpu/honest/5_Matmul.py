@@ -6,6 +6,7 @@ from torch.utils.cpp_extension import load_inline
 
 cuda_src = r"""
 #include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
 #define TILE 32
 
 // Shared-memory tiled SGEMM: honest, far from cuBLAS (expect a speedup below 1).
