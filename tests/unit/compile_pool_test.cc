@@ -1,1 +1,106 @@
+// Real compiles with nvcc and the host compiler (no GPU needed), through the on-disk cache.
+#include "eval/compile_pool.h"
+
 #include <gtest/gtest.h>
+
+#include "common/fs.h"
+#include "eval/extract.h"
+#include "test_util.h"
+
+using namespace mc::eval;
+
+namespace {
+
+CompilePool& pool() {
+  static CompilePool p(discover_toolchain("90"), CompilePoolOptions{2, mc::test::test_cache_dir(), 900});
+  return p;
+}
+
+CompileRequest kernelbench_request(const std::string& path) {
+  auto ex = extract_solution(mc::read_file(path));
+  std::string why;
+  auto calls = find_load_inline_calls(ex.code, &why);
+  EXPECT_TRUE(calls) << why;
+  CompileRequest r;
+  r.calls = calls.value_or(std::vector<LoadInlineCall>{});
+  return r;
+}
+
+CompileRequest cuda_ext(const std::string& name, const std::string& cuda) {
+  CompileRequest r;
+  LoadInlineCall c;
+  c.name = name;
+  c.cpp_sources = {"torch::Tensor f(torch::Tensor x);"};
+  c.cuda_sources = {cuda};
+  c.functions = {"f"};
+  r.calls = {c};
+  return r;
+}
+
+}  // namespace
+
+TEST(CompilePool, NativeCompileAndCacheHit) {
+  CompileRequest r;
+  r.format = SolutionFormat::kNative;
+  r.native_source = mc::read_file(mc::test::cases_dir() + "/gpu/native/2_ReLU.cu") + "\n// test\n";
+  auto first = pool().compile_now(r);
+  ASSERT_EQ(first.status, CompileOutcome::Status::kOk) << first.log << first.error;
+  ASSERT_TRUE(mc::fs::exists(first.modules.at(0).so_path));
+  auto second = pool().submit(r).get();
+  EXPECT_EQ(second.status, CompileOutcome::Status::kOk);
+  EXPECT_TRUE(second.cached);
+  EXPECT_EQ(second.seconds, 0);
+}
+
+TEST(CompilePool, CompileErrorsAreTrimmedAndCached) {
+  CompileRequest r;
+  r.format = SolutionFormat::kNative;
+  r.native_source = "extern \"C\" int mc_forward() { return undeclared_variable; }\n";
+  auto first = pool().compile_now(r);
+  ASSERT_EQ(first.status, CompileOutcome::Status::kCompileError);
+  EXPECT_NE(first.log.find("undeclared_variable"), std::string::npos) << first.log;
+  auto again = pool().compile_now(r);
+  EXPECT_EQ(again.status, CompileOutcome::Status::kCompileError);
+  EXPECT_TRUE(again.cached);
+}
+
+TEST(CompilePool, CpuTorchExtension) {
+  auto out = pool().compile_now(kernelbench_request(mc::test::cases_dir() + "/cpu/honest_add.py"));
+  ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
+  EXPECT_EQ(out.modules.at(0).module_name, "add_cpu_ext");
+}
+
+TEST(CompilePool, CudaTorchExtensionFastTier) {
+  auto out = pool().compile_now(kernelbench_request(mc::test::cases_dir() + "/gpu/honest/2_ReLU.py"));
+  ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
+}
+
+// The light header is a strict subset of torch/extension.h: what it lacks makes the pool fall
+// back to the real headers (here torch::indexing, which only the real header provides)...
+TEST(CompilePool, FallsBackToRealHeadersWhenTheLightOneIsNotEnough) {
+  auto out = pool().compile_now(cuda_ext("fallback_ext", R"(
+#include <torch/extension.h>
+torch::Tensor f(torch::Tensor x) { using namespace torch::indexing; return x.index({Slice(0, 1)}); }
+)"));
+  EXPECT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
+}
+
+// ...and what the real header rejects is rejected too (load_inline would fail on it).
+TEST(CompilePool, RejectsWhatRealLoadInlineRejects) {
+  auto out = pool().compile_now(cuda_ext("strict_ext", R"(
+#include <torch/extension.h>
+__global__ void k() {}
+torch::Tensor f(torch::Tensor x) { k<<<1, 1, 0, at::cuda::getCurrentCUDAStream()>>>(); return x; }
+)"));
+  EXPECT_EQ(out.status, CompileOutcome::Status::kCompileError);
+  EXPECT_NE(out.log.find("getCurrentCUDAStream"), std::string::npos) << out.log;
+}
+
+TEST(CompilePool, TrimCompilerLogKeepsErrors) {
+  std::string log;
+  for (int i = 0; i < 200; ++i) log += "note: noise " + std::to_string(i) + "\n";
+  log += "foo.cu(3): error: identifier \"x\" is undefined\n";
+  std::string t = trim_compiler_log(log);
+  EXPECT_NE(t.find("identifier \"x\""), std::string::npos);
+  EXPECT_LT(t.size(), 1000u);
+}

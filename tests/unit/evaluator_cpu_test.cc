@@ -1,1 +1,138 @@
+// MooreEval end to end with judges on the CPU (CI has no GPU): real compiles, real sandboxed
+// candidate processes, real crashes and hangs. Case files in tests/cases/cpu state their
+// expected verdict; the GPU suite (tests/gpu) covers the CUDA-only parts on a GPU machine.
+#include "eval/evaluator.h"
+
 #include <gtest/gtest.h>
+
+#include "common/fs.h"
+#include "common/subprocess.h"
+#include "test_util.h"
+
+using namespace mc::eval;
+
+namespace {
+
+struct CaseRun {
+  std::vector<Candidate> cands;
+  std::vector<std::string> expect;
+  std::vector<EvalResult> rows;
+};
+
+CaseRun run_cases(bool skip_static) {
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  CaseRun run;
+  for (const auto& path : mc::test::case_files("cpu")) {
+    bool wants_skip = !mc::test::case_header(path, "skip-static").empty();
+    if (wants_skip != skip_static) continue;
+    std::string prob = mc::test::case_header(path, "problem");
+    ProblemPtr p;
+    for (const auto& q : problems)
+      if (q->stem == prob) p = q;
+    Candidate c = candidate_from_file(path, p);
+    c.sample_id = mc::fs::path(path).stem().string();
+    run.cands.push_back(c);
+    run.expect.push_back(mc::test::case_header(path, "expect"));
+  }
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.2;
+  EvaluatorOptions o;
+  o.device = "cpu";
+  o.cache_dir = mc::test::test_cache_dir();
+  o.sandbox_exe = MUSACODER_BINARY;
+  o.progress = false;
+  o.skip_static = skip_static;
+  o.compile_workers = 2;
+  Evaluator ev(cfg, o);
+  int callbacks = 0;
+  run.rows = ev.run(run.cands, [&](const EvalResult&) { ++callbacks; });
+  EXPECT_EQ(callbacks, static_cast<int>(run.cands.size()));
+  return run;
+}
+
+void check(const CaseRun& run) {
+  ASSERT_EQ(run.rows.size(), run.cands.size());
+  for (size_t i = 0; i < run.rows.size(); ++i) {
+    const EvalResult& r = run.rows[i];
+    std::string want = run.expect[i];
+    std::string verdict = want.substr(0, want.find(' '));
+    std::string rule = want.find(' ') == std::string::npos ? "" : want.substr(want.find(' ') + 1);
+    EXPECT_EQ(to_string(r.verdict), verdict)
+        << run.cands[i].origin << ": " << r.reason << " | " << r.infra_error << " | "
+        << r.runtime_error.substr(0, 800) << " | " << r.compile_log;
+    if (!rule.empty()) EXPECT_EQ(r.rule, rule) << run.cands[i].origin;
+    EXPECT_EQ(r.reward.has_value(), r.verdict != Verdict::kInfraError);
+    if (r.verdict != Verdict::kOk && r.verdict != Verdict::kInfraError)
+      EXPECT_FALSE(r.feedback.empty()) << run.cands[i].origin;
+  }
+}
+
+const EvalResult& row(const CaseRun& run, const std::string& sample) {
+  for (const auto& r : run.rows)
+    if (r.sample_id == sample) return r;
+  throw std::runtime_error("no row for " + sample);
+}
+
+}  // namespace
+
+TEST(EvaluatorCpu, CaseFilesGetTheirVerdicts) {
+  CaseRun run = run_cases(false);
+  check(run);
+  const auto& ok = row(run, "honest_add");
+  EXPECT_EQ(ok.trials_passed, 5);
+  ASSERT_TRUE(ok.speedup.has_value());
+  EXPECT_GT(*ok.speedup, 0);
+  EXPECT_GE(*ok.reward, 1.0);
+  const auto& wrong = row(run, "wrong_add");
+  EXPECT_EQ(wrong.trials_passed, 0);
+  EXPECT_TRUE(wrong.mismatch.contains("index")) << wrong.mismatch.dump();
+  EXPECT_NE(wrong.feedback.find("First mismatch"), std::string::npos) << wrong.feedback;
+  const auto& pos = row(run, "relu_positive_only");
+  EXPECT_GT(pos.trials_passed, 0);  // [0, 1) trials pass, signed ones do not
+  EXPECT_LT(pos.trials_passed, 5);
+  EXPECT_GT(*pos.reward, -1.0);
+  EXPECT_NE(row(run, "segfault").reason.find("SIGSEGV"), std::string::npos);
+  EXPECT_NE(row(run, "abort").reason.find("SIGABRT"), std::string::npos);
+  EXPECT_NE(row(run, "throws").runtime_error.find("expected a 7-d tensor"), std::string::npos);
+  EXPECT_NE(row(run, "compile_error").compile_log.find("undeclared_name"), std::string::npos);
+  EXPECT_EQ(row(run, "empty_answer").verdict, Verdict::kExtractError);
+}
+
+TEST(EvaluatorCpu, RuntimeDefensesWithoutTheStaticStage) { check(run_cases(true)); }
+
+TEST(EvaluatorCpu, CliWritesOneRowPerProblemAndCandidate) {
+  mc::TempDir dir;
+  mc::fs::create_directories(dir.path() / "sol");
+  mc::fs::copy(mc::test::cases_dir() + "/cpu/honest_add.py", dir.path() / "sol" / "1_Add.py");
+  mc::write_file_atomic(dir.path() / "sol" / "2_ReLU.md", "no code here");
+  mc::SubprocessOptions o;
+  std::string out = (dir.path() / "r.jsonl").string();
+  o.argv = {MUSACODER_BINARY, "eval", "--problems", mc::test::cases_dir() + "/problems",
+            "--solutions", (dir.path() / "sol").string(), "--device", "cpu", "--cache-dir",
+            mc::test::test_cache_dir(), "--out", out, "--timing-budget", "0.2", "--no-progress"};
+  auto r = mc::run_command(o, 600000);
+  ASSERT_TRUE(r.status.ok()) << r.err;
+  EXPECT_NE(r.out.find("fast_1"), std::string::npos);
+  std::string text = mc::read_file(out);
+  int rows = static_cast<int>(std::count(text.begin(), text.end(), '\n'));
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  EXPECT_EQ(rows, static_cast<int>(problems.size()));  // 2 candidates + the problems without one
+  EXPECT_NE(text.find("\"verdict\":\"ok\""), std::string::npos);
+  EXPECT_NE(text.find("no solution for this problem"), std::string::npos);
+}
+
+TEST(EvaluatorCpu, CliBadInputIsExit2WithAClearMessage) {
+  mc::SubprocessOptions o;
+  o.argv = {MUSACODER_BINARY, "eval", "--problems", "/nonexistent", "--solutions", "/nonexistent"};
+  auto r = mc::run_command(o, 30000);
+  EXPECT_EQ(r.status.exit_code, 2);
+  EXPECT_NE(r.err.find("problems folder not found: /nonexistent"), std::string::npos) << r.err;
+  o.argv = {MUSACODER_BINARY, "check", "/nonexistent.py"};
+  r = mc::run_command(o, 30000);
+  EXPECT_EQ(r.status.exit_code, 2);
+  o.argv = {MUSACODER_BINARY, "check", mc::test::cases_dir() + "/hacks/torch_fallback.py"};
+  r = mc::run_command(o, 30000);
+  EXPECT_EQ(r.status.exit_code, 1);
+  EXPECT_NE(r.out.find("torch_compute"), std::string::npos);
+}

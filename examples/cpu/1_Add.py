@@ -1,0 +1,1 @@
+../../tests/cases/cpu/honest_add.py

@@ -1,0 +1,1 @@
+../../tests/cases/cpu/relu_positive_only.py

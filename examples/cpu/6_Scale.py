@@ -1,0 +1,1 @@
+../../tests/cases/cpu/scale_init_inputs.py

@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Configures and builds MusaCoder into build/ (incremental; ccache when present).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} >/dev/null
+cmake --build build -j "$(nproc)"

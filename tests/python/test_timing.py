@@ -1,0 +1,21 @@
+"""The shared timing loop and its statistics (CPU mode; the GPU suite times on the device)."""
+import torch
+
+from musacoder_harness.timing import L2Flusher, stats, time_adaptive, time_iterations
+
+
+def test_stats():
+    s = stats([3.0, 1.0, 2.0, 10.0])
+    assert s["median_us"] == 2.5 and s["min_us"] == 1.0 and s["max_us"] == 10.0 and s["n"] == 4
+
+
+def test_iterations_rotate_input_sets_and_keep_last_outputs():
+    sets = [[torch.full((3,), float(i))] for i in range(3)]
+    times, last = time_iterations(lambda x: x * 2, sets, "cpu", L2Flusher("cpu"), 7)
+    assert len(times) == 7 and all(t > 0 for t in times)
+    assert [float(o[0]) for o in last] == [0.0, 2.0, 4.0]
+
+
+def test_adaptive_stops_within_budget():
+    st, _ = time_adaptive(lambda: sum(range(100)), [[]], "cpu", L2Flusher("cpu"), budget_s=0.2)
+    assert st["n"] >= 10
