@@ -119,7 +119,7 @@ class Judge:
         torch = self.torch
         from .compare import compare_outputs, degenerate, flatten_outputs
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, variant_for
-        from .transport import describe, describe_value, open_tensor
+        from .transport import describe, describe_value, open_tensor, share_value
         res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
                "torch_version": torch.__version__, "compile_path": "pool"}
         dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
@@ -189,8 +189,10 @@ class Judge:
                         ref = ref_model(*inputs)
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
+                shared = [share_value(x, share) for x in inputs]
+                inputs = [v for _, v in shared]  # what the candidate sees (and could write)
                 before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-                msg = {"op": "run", "inputs": [describe_value(x, share) for x in inputs],
+                msg = {"op": "run", "inputs": [d for d, _ in shared],
                        "monitor": t == 0, "allow": allow, "params": redraw}
                 res["trials_total"] = t + 1
                 rep = self._ask(cand, msg, self.args.trial_timeout, "correctness",

@@ -1,8 +1,9 @@
 """Moves tensors between the judge and a candidate process without copying through the host.
 
 CUDA tensors travel as CUDA IPC handles (the receiver maps the sender's memory); CPU tensors
-(the CPU test mode) travel as files in a shared folder, read back with torch.load(weights_only),
-which cannot run code. Descriptors are plain JSON.
+(the CPU test mode) travel as memory-mapped files in the candidate's scratch folder, mapped
+by both sides, so in both modes a candidate that writes into its inputs is seen doing so.
+Only raw bytes cross: nothing received is ever unpickled. Descriptors are plain JSON.
 """
 import os
 import uuid
@@ -35,10 +36,20 @@ def describe(t, share_dir=None):
                     event_sync=bool(event_sync), stride=list(t.stride()),
                     storage_offset=t.storage_offset())
         return base
-    path = os.path.join(share_dir, f"t-{uuid.uuid4().hex}.pt")
-    torch.save(t.detach().contiguous(), path)
-    base.update(kind="file", path=path)
-    return base
+    return share(t, share_dir)[0]
+
+
+def share(t, share_dir=None):
+    """(descriptor, tensor the sender keeps using): for CPU tensors the second is the shared
+    mapping, so the sender sees what the receiver writes."""
+    if t.is_cuda:
+        return describe(t), t
+    path = os.path.join(share_dir, f"t-{uuid.uuid4().hex}.bin")
+    n = t.numel()
+    open(path, "wb").close()
+    mapped = torch.from_file(path, shared=True, size=max(n, 1), dtype=t.dtype)[:n].view(t.shape)
+    mapped.copy_(t.detach())
+    return {"dtype": str(t.dtype), "shape": list(t.shape), "kind": "shm_file", "path": path}, mapped
 
 
 def open_tensor(d, share_dir=None):
@@ -54,15 +65,26 @@ def open_tensor(d, share_dir=None):
         t = torch._utils._rebuild_tensor(typed, int(d["storage_offset"]), tuple(shape),
                                          tuple(int(s) for s in d["stride"]))
         return t
-    if d["kind"] == "file":
+    if d["kind"] == "shm_file":
         path = os.path.realpath(d["path"])
         if share_dir is not None and not path.startswith(os.path.realpath(share_dir) + os.sep):
             raise ValueError("tensor file outside the shared folder")
-        t = torch.load(path, weights_only=True, map_location="cpu")
-        if not isinstance(t, torch.Tensor) or t.dtype != dtype or list(t.shape) != shape:
-            raise ValueError("tensor file does not match its descriptor")
-        return t
+        n = 1
+        for s in shape:
+            n *= s
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        if os.path.getsize(path) < n * itemsize:
+            raise ValueError("tensor file is smaller than its descriptor says")
+        return torch.from_file(path, shared=True, size=max(n, 1), dtype=dtype)[:n].view(shape)
     raise ValueError(f"unknown tensor descriptor kind {d.get('kind')!r}")
+
+
+def share_value(v, share_dir=None):
+    """(descriptor, value the sender keeps using); see share()."""
+    if isinstance(v, torch.Tensor):
+        d, mapped = share(v, share_dir)
+        return {"tensor": d}, mapped
+    return describe_value(v, share_dir), v
 
 
 def describe_value(v, share_dir=None):

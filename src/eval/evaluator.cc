@@ -20,18 +20,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::optional<TimingStats> timing_from_judge(const nlohmann::json& j) {
-  if (!j.is_object()) return std::nullopt;
-  TimingStats t;
-  t.median_us = j.value("median_us", 0.0);
-  t.mean_us = j.value("mean_us", 0.0);
-  t.std_us = j.value("std_us", 0.0);
-  t.p10_us = j.value("p10_us", 0.0);
-  t.p90_us = j.value("p90_us", 0.0);
-  t.n = j.value("n", 0);
-  return t;
-}
-
 struct Item {
   size_t index;
   const Candidate* cand;
@@ -116,8 +104,8 @@ struct Evaluator::Impl {
     r.trials_total = j.value("trials_total", 0);
     r.mismatch = j.value("mismatch", nlohmann::json());
     r.degenerate_reference = j.value("degenerate_reference", false);
-    r.candidate_time = timing_from_judge(j.value("candidate_time", nlohmann::json()));
-    r.reference_time = timing_from_judge(j.value("reference_time", nlohmann::json()));
+    r.candidate_time = timing_from_json(j.value("candidate_time", nlohmann::json()));
+    r.reference_time = timing_from_json(j.value("reference_time", nlohmann::json()));
     if (j.contains("speedup") && j["speedup"].is_number()) r.speedup = j["speedup"].get<double>();
     r.gpu = j.value("gpu", "");
     r.exec_s = j.value("judge_s", 0.0);

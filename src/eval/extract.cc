@@ -1,5 +1,6 @@
 #include "eval/extract.h"
 
+#include <algorithm>
 #include <regex>
 #include <vector>
 
@@ -76,19 +77,20 @@ Extraction extract_solution(const std::string& answer) {
   if (text.find("```") != std::string::npos) {
     for (auto& b : fenced_blocks(text)) candidates.push_back(std::move(b.body));
   }
-  candidates.push_back(text);  // plain source, or markdown whose fences held nothing usable
-  // Prefer the last block that is a complete solution of either format.
-  for (auto it = candidates.rbegin(); it != candidates.rend(); ++it) {
-    if (has_model_new(*it)) {
+  // Last fenced block first; the whole text (plain source) only when no block is complete.
+  std::reverse(candidates.begin(), candidates.end());
+  candidates.push_back(text);
+  for (const auto& c : candidates) {
+    if (has_model_new(c)) {
       ex.ok = true;
       ex.format = SolutionFormat::kKernelBench;
-      ex.code = *it;
+      ex.code = c;
       return ex;
     }
-    if (has_native_entry(*it)) {
+    if (has_native_entry(c)) {
       ex.ok = true;
       ex.format = SolutionFormat::kNative;
-      ex.code = *it;
+      ex.code = c;
       return ex;
     }
   }

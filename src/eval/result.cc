@@ -11,10 +11,12 @@ nlohmann::json timing_json(const std::optional<TimingStats>& t) {
           {"p10_us", t->p10_us},       {"p90_us", t->p90_us},   {"n", t->n}};
 }
 
-std::optional<TimingStats> timing_from(const nlohmann::json& j) {
-  if (j.is_null()) return std::nullopt;
+}  // namespace
+
+std::optional<TimingStats> timing_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) return std::nullopt;
   TimingStats t;
-  t.median_us = j.at("median_us");
+  t.median_us = j.value("median_us", 0.0);
   t.mean_us = j.value("mean_us", 0.0);
   t.std_us = j.value("std_us", 0.0);
   t.p10_us = j.value("p10_us", 0.0);
@@ -22,8 +24,6 @@ std::optional<TimingStats> timing_from(const nlohmann::json& j) {
   t.n = j.value("n", 0);
   return t;
 }
-
-}  // namespace
 
 bool EvalResult::legal() const {
   return verdict != Verdict::kIllegal && verdict != Verdict::kStaticViolation &&
@@ -111,8 +111,8 @@ EvalResult result_from_json(const nlohmann::json& j) {
     r.mismatch = j.value("mismatch", nlohmann::json());
     r.runtime_error = j.value("runtime_error", "");
     r.degenerate_reference = j.value("degenerate_reference", false);
-    r.candidate_time = timing_from(j.value("candidate_time", nlohmann::json()));
-    r.reference_time = timing_from(j.value("reference_time", nlohmann::json()));
+    r.candidate_time = timing_from_json(j.value("candidate_time", nlohmann::json()));
+    r.reference_time = timing_from_json(j.value("reference_time", nlohmann::json()));
     if (j.contains("speedup") && !j["speedup"].is_null()) r.speedup = j["speedup"].get<double>();
     r.speedup_flagged = j.value("speedup_flagged", false);
     if (j.contains("reward") && !j["reward"].is_null()) r.reward = j["reward"].get<double>();

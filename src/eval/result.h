@@ -56,6 +56,8 @@ struct EvalResult {
 };
 
 nlohmann::json to_json(const EvalResult& r);
+// Reads {median_us, mean_us, std_us, p10_us, p90_us, n}; nullopt for null or a non-object.
+std::optional<TimingStats> timing_from_json(const nlohmann::json& j);
 EvalResult result_from_json(const nlohmann::json& j);  // throws mc::Error on schema mismatch
 
 }  // namespace mc::eval

@@ -41,3 +41,9 @@ TEST(Extract, ClearErrors) {
   EXPECT_FALSE(ex.ok);
   EXPECT_NE(ex.error.find("ModelNew"), std::string::npos);
 }
+
+TEST(Extract, PrefersTheFencedBlockOverTheSurroundingProse) {
+  auto ex = extract_solution("I will write class ModelNew below.\n```python\nclass ModelNew(nn.Module):\n    pass\n```\n");
+  ASSERT_TRUE(ex.ok);
+  EXPECT_EQ(ex.code, "class ModelNew(nn.Module):\n    pass\n");
+}
