@@ -126,6 +126,7 @@ CompilePool::~CompilePool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  if (pch_thread_.joinable()) pch_thread_.join();  // a half-built header helps no later run
 }
 
 void CompilePool::worker_loop() {
@@ -254,29 +255,42 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
   });
 }
 
-std::string CompilePool::ensure_pch() {
+std::string CompilePool::pch_if_ready() {
   std::call_once(pch_once_, [&] {
+    fs::path dir = fs::path(opts_.cache_dir) / "pch" / tc_.id();
+    if (fs::exists(dir / "ok")) {  // built by an earlier run: use it from the first unit on
+      pch_dir_ = dir.string();
+      pch_ready_.store(true);
+      return;
+    }
+    pch_thread_ = std::thread([this] { build_pch(); });
+  });
+  return pch_ready_.load() ? pch_dir_ : "";
+}
+
+void CompilePool::build_pch() {
+  try {
     fs::path dir = fs::path(opts_.cache_dir) / "pch" / tc_.id();
     fs::create_directories(dir);
     FileLock lock((dir / "build.lock").string());
-    if (fs::exists(dir / "ok")) {
-      pch_dir_ = dir.string();
-      return;
-    }
-    write_file_atomic(dir / "torch_ext.h", "#include <torch/extension.h>\n");
-    std::vector<std::string> cmd = {tc_.cxx, "-DTORCH_API_INCLUDE_EXTENSION_H"};
-    for (const auto& p : tc_.torch_include_paths) append(cmd, {"-isystem", p});
-    append(cmd, {"-isystem", tc_.python_include, "-fPIC", "-std=c++17", "-x", "c++-header",
-                 "torch_ext.h", "-o", "torch_ext.h.gch"});
-    auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
-    if (r[0].status.ok()) {
+    if (!fs::exists(dir / "ok")) {
+      write_file_atomic(dir / "torch_ext.h", "#include <torch/extension.h>\n");
+      std::vector<std::string> cmd = {tc_.cxx, "-DTORCH_API_INCLUDE_EXTENSION_H"};
+      for (const auto& p : tc_.torch_include_paths) append(cmd, {"-isystem", p});
+      append(cmd, {"-isystem", tc_.python_include, "-fPIC", "-std=c++17", "-x", "c++-header",
+                   "torch_ext.h", "-o", "torch_ext.h.gch"});
+      auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
+      if (!r[0].status.ok()) {
+        pch_error_ = trim_compiler_log(r[0].output);  // units build without it: slower, correct
+        return;
+      }
       write_file_atomic(dir / "ok", "");
-      pch_dir_ = dir.string();
-    } else {
-      pch_error_ = trim_compiler_log(r[0].output);  // build without it: slower, still correct
     }
-  });
-  return pch_dir_;
+    pch_dir_ = dir.string();
+    pch_ready_.store(true);
+  } catch (const std::exception& e) {
+    pch_error_ = e.what();
+  }
 }
 
 CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
@@ -285,7 +299,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
   return build_cached(key, call.name + ".so", [&](const std::string& dir) {
     Built b;
     auto t0 = Clock::now();
-    std::string pch = ensure_pch();
+    std::string pch = pch_if_ready();
     // Sources laid out exactly as load_inline writes them.
     std::string main_cpp = "#include <torch/extension.h>\n" + join(call.cpp_sources) + "\n";
     main_cpp += "\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {\n";

@@ -3,7 +3,9 @@
 // errors are cached too (they are deterministic); infrastructure failures are not.
 //
 // KernelBench candidates are built as load_inline would build them, faster:
-//   - the C++/binding unit includes a precompiled <torch/extension.h> (built once per toolchain);
+//   - the C++/binding unit includes a precompiled <torch/extension.h> once it exists (built
+//     once per toolchain, in the background: until it is ready, units compile without it,
+//     which costs CPU time but no latency, as the CUDA unit takes as long);
 //   - the CUDA unit first tries a light stand-in for <torch/extension.h> (lite_headers/), and
 //     only if that fails, the real headers; so results never depend on the stand-in;
 //   - both units compile in parallel, and identical builds are shared (in-process and through
@@ -11,6 +13,7 @@
 // Thread-safe: submit() from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -78,7 +81,10 @@ class CompilePool {
   Built build_extension(const LoadInlineCall& call);
   Built build_cached(const std::string& key, const std::string& so_name,
                      const std::function<Built(const std::string& dir)>& build);
-  std::string ensure_pch();  // path of the folder holding torch_ext.h(.gch)
+  // Folder holding torch_ext.h(.gch) when the precompiled header is ready, else "" (and its
+  // build is started in the background on first call).
+  std::string pch_if_ready();
+  void build_pch();
   void worker_loop();
 
   Toolchain tc_;
@@ -90,7 +96,9 @@ class CompilePool {
   std::vector<std::thread> threads_;
   bool stop_ = false;
   std::once_flag pch_once_;
-  std::string pch_dir_, pch_error_;
+  std::thread pch_thread_;
+  std::atomic<bool> pch_ready_{false};
+  std::string pch_dir_, pch_error_;  // written by pch_thread_ before pch_ready_ is set
 };
 
 // Keeps the lines of a compiler log that matter for repair: errors with a little context,
