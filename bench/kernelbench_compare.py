@@ -88,9 +88,25 @@ def load_inline_anchor(kb_src):
 
 
 def kernelbench_module(kb_src):
+    """KernelBench's eval module, without its LLM-client dependencies: its package __init__ is
+    skipped, and kernelbench.utils (openai, litellm, dotenv) is replaced by the one function
+    eval and timing use from it, get_gpu_vendor."""
+    if "kernelbench.eval" in sys.modules:
+        return sys.modules["kernelbench.eval"]
     pkg = types.ModuleType("kernelbench")
-    pkg.__path__ = [os.path.join(kb_src, "kernelbench")]  # skip its __init__ (LLM client imports)
+    pkg.__path__ = [os.path.join(kb_src, "kernelbench")]
     sys.modules["kernelbench"] = pkg
+    utils = types.ModuleType("kernelbench.utils")
+
+    def get_gpu_vendor(device=None):
+        import torch
+        if not torch.cuda.is_available():
+            return "unknown"
+        name = torch.cuda.get_device_name(torch.cuda.current_device() if device is None else device)
+        return "nvidia" if "NVIDIA" in name.upper() else "unknown"
+    utils.get_gpu_vendor = get_gpu_vendor
+    sys.modules["kernelbench.utils"] = utils
+    pkg.utils = utils
     import kernelbench.eval as kbe
     return kbe
 
