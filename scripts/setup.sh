@@ -7,7 +7,7 @@ set -euo pipefail
 [ "${MUSACODER_SKIP_SETUP:-0}" = 1 ] && exit 0
 
 APT_PKGS=(cmake ninja-build g++ ccache pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
-          libspdlog-dev libgtest-dev libseccomp-dev libssl-dev)
+          libgtest-dev libseccomp-dev libssl-dev)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
