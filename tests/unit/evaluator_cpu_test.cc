@@ -136,3 +136,21 @@ TEST(EvaluatorCpu, CliBadInputIsExit2WithAClearMessage) {
   EXPECT_EQ(r.status.exit_code, 1);
   EXPECT_NE(r.out.find("torch_compute"), std::string::npos);
 }
+
+TEST(EvaluatorCpu, BaselineWritesKernelBenchSchema) {
+  mc::TempDir dir;
+  std::string out = (dir.path() / "baseline.json").string();
+  mc::SubprocessOptions o;
+  o.argv = {MUSACODER_BINARY, "baseline", "--problems", mc::test::cases_dir() + "/problems",
+            "--device", "cpu", "--cache-dir", mc::test::test_cache_dir(), "--out", out,
+            "--timing-budget", "0.1", "--no-progress"};
+  auto r = mc::run_command(o, 600000);
+  ASSERT_TRUE(r.status.ok()) << r.out << r.err;
+  auto j = nlohmann::json::parse(mc::read_file(out));
+  ASSERT_TRUE(j.contains("level0")) << j.dump();
+  const auto& relu = j["level0"]["2_ReLU.py"];
+  for (const char* k : {"mean", "std", "min", "max", "num_trials", "hardware", "device"})
+    EXPECT_TRUE(relu.contains(k)) << k;
+  EXPECT_GT(relu["mean"].get<double>(), 0);
+  EXPECT_LE(relu["min"].get<double>(), relu["max"].get<double>());
+}
