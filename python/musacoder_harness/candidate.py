@@ -12,7 +12,6 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
-import threading
 import time
 import traceback
 
@@ -179,7 +178,8 @@ class Candidate:
 
     # ---- poisoning: fresh output memory holds NaN, so unwritten elements fail ---------------
     def _poison_tensor(self, t):
-        t.view(-1).view(self.torch.uint8).fill_(0xFF) if t.numel() else None
+        if t.numel():
+            t.view(-1).view(self.torch.uint8).fill_(0xFF)
 
     def _reserve_poisoned_memory(self, nbytes):
         if not self.cuda or nbytes <= 0:
@@ -237,7 +237,7 @@ class Candidate:
     def run(self, msg):
         from . import legality
         from .compare import flatten_outputs
-        from .transport import describe, open_value
+        from .transport import open_value
         torch = self.torch
         inputs = [open_value(d, self.share_dir) for d in msg["inputs"]]
         params_loaded = None
@@ -282,7 +282,7 @@ class Candidate:
     def time(self, msg, out_fd):
         from .compare import flatten_outputs
         from .timing import time_iterations
-        from .transport import describe, open_value
+        from .transport import open_value
         sets = [[open_value(d, self.share_dir) for d in s] for s in msg["input_sets"]]
         with self.torch.no_grad():
             times, last = time_iterations(self.model, sets, self.device, self.flusher,

@@ -15,7 +15,6 @@ import sys
 import time
 import traceback
 
-from . import protocol
 from .candidate_proc import CandidateCrashed, CandidateProc, CandidateTimeout
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -138,17 +137,17 @@ class Judge:
         trial_inputs = []
         for t in range(trials):
             trial_inputs.append((seed * 1000 + t + 1, variant_for(t)))
+        stage_s = res["stage_s"] = {}  # seconds per stage, for the row's exec breakdown
         t_stage = time.monotonic()
-        cand = self.take_candidate()
-        share = cand.scratch
-        stage_s = res["stage_s"] = {"take": time.monotonic() - t_stage}
 
-        def lap(name):  # seconds spent in each stage, for the row's exec breakdown
+        def lap(name):
             nonlocal t_stage
             now = time.monotonic()
             stage_s[name] = now - t_stage
             t_stage = now
-        t_stage = time.monotonic()
+        cand = self.take_candidate()
+        share = cand.scratch
+        lap("take")
         try:
             load = {"op": "load", "format": req["format"], "dtype": str(dtype), "seed": seed,
                     "solution_path": req.get("solution_path", ""),
@@ -279,7 +278,7 @@ class Judge:
         torch = self.torch
         from .compare import compare_outputs
         from .inputs import make_inputs
-        from .timing import stats, time_adaptive
+        from .timing import stats
         from .transport import describe_value, open_tensor
         k = int(req.get("timing_input_sets", 3))
         budget = float(req.get("timing_budget_s", 2.0))
@@ -387,7 +386,7 @@ class Judge:
             ok = float(x.sum()) == float(1 << 20)
             if self.cuda:
                 torch.cuda.synchronize()
-        except Exception as e:
+        except Exception:
             ok = False
         if not ok:
             raise Infra("GPU health check failed after a candidate crash")

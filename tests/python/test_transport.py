@@ -1,7 +1,5 @@
 """CPU-mode tensor transport: shared mappings, so writes by the receiver are visible to the
 sender (input mutation is detectable), and files outside the shared folder are refused."""
-import os
-
 import pytest
 import torch
 
