@@ -138,9 +138,17 @@ void CompilePool::worker_loop() {
       if (stop_) return;
       job = std::move(queue_.front());
       queue_.pop_front();
+      ++busy_;
     }
     job();
+    std::lock_guard lk(mu_);
+    --busy_;
   }
+}
+
+CompilePool::Load CompilePool::load() const {
+  std::lock_guard lk(mu_);
+  return {threads_.size(), busy_, queue_.size()};
 }
 
 std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req) {
@@ -150,8 +158,14 @@ std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req
   std::string key = k.hex();
   std::lock_guard lk(mu_);
   if (auto it = inflight_.find(key); it != inflight_.end()) return it->second;
-  auto task = std::make_shared<std::packaged_task<CompileOutcome()>>(
-      [this, req] { return compile_now(req); });
+  // Once finished, the entry leaves `inflight_` (a long-running service must not grow); later
+  // requests for the same sources are answered by the on-disk cache.
+  auto task = std::make_shared<std::packaged_task<CompileOutcome()>>([this, req, key] {
+    CompileOutcome out = compile_now(req);
+    std::lock_guard lk(mu_);
+    inflight_.erase(key);
+    return out;
+  });
   std::shared_future<CompileOutcome> fut = task->get_future().share();
   inflight_[key] = fut;
   queue_.push_back([task] { (*task)(); });

@@ -70,6 +70,10 @@ class CompilePool {
   CompileOutcome compile_now(const CompileRequest& req);
 
   const Toolchain& toolchain() const { return tc_; }
+  struct Load {
+    size_t workers = 0, busy = 0, queued = 0;
+  };
+  Load load() const;
 
  private:
   struct Built {
@@ -89,8 +93,9 @@ class CompilePool {
 
   Toolchain tc_;
   CompilePoolOptions opts_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
+  size_t busy_ = 0;
   std::deque<std::function<void()>> queue_;
   std::map<std::string, std::shared_future<CompileOutcome>> inflight_;
   std::vector<std::thread> threads_;

@@ -2,6 +2,7 @@
 // (config_hash), so results computed under different settings are never mixed.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,12 +31,19 @@ struct EvalConfig {
   double trial_timeout_s = 60;     // one correctness trial
   double timing_timeout_s = 120;   // the whole timing stage of one candidate
   double compile_timeout_s = 600;
+  bool compile_only = false;       // stop after compiling: verdict `compiled`, no execution
+
 
   // Stable digest of the fields above.
   std::string config_hash() const;
   double effective_atol() const { return atol >= 0 ? atol : precision == "fp32" ? 1e-4 : 1e-2; }
   double effective_rtol() const { return rtol >= 0 ? rtol : precision == "fp32" ? 1e-4 : 1e-2; }
 };
+
+// Every field, for jobs that travel to other machines. from_json starts from the defaults,
+// takes the fields present and rejects unknown ones and wrong types (mc::Error naming them).
+nlohmann::json to_json(const EvalConfig& cfg);
+EvalConfig eval_config_from_json(const nlohmann::json& j);
 
 // Throws mc::Error naming the bad field ("precision must be fp32, fp16 or bf16, got fp8").
 void validate(const EvalConfig& cfg);

@@ -2,7 +2,10 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <list>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/check.h"
@@ -10,10 +13,7 @@
 #include "common/hash.h"
 #include "common/progress.h"
 #include "eval/executor.h"
-#include "eval/extract.h"
-#include "eval/feedback.h"
-#include "eval/reward.h"
-#include "eval/static_check.h"
+#include "eval/pipeline.h"
 
 namespace mc::eval {
 namespace {
@@ -21,13 +21,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct Item {
-  size_t index;
-  const Candidate* cand;
-  Extraction ex;
+  Candidate cand;
+  PreparedCandidate prep;
   std::shared_future<CompileOutcome> compiled;
-  bool has_compile = false;
-  EvalResult result;
+  std::function<void(EvalResult)> done;
   Clock::time_point start;
+  bool compile_ready() const {
+    return !prep.compile ||
+           compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  }
 };
 
 }  // namespace
@@ -37,6 +39,16 @@ struct Evaluator::Impl {
   EvaluatorOptions opts;
   Toolchain tc;
   std::unique_ptr<CompilePool> pool;
+
+  // Candidates past stage 2, in submission order; GPU threads take the first whose compile is
+  // finished. Compile completion is polled (20 ms): a compile takes seconds.
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::list<Item> pending;
+  size_t executing = 0;
+  bool stop = false;
+  std::once_flag started;
+  std::vector<std::thread> gpu_threads;
 
   ExecutorOptions executor_options(int gpu) const {
     ExecutorOptions e;
@@ -51,69 +63,54 @@ struct Evaluator::Impl {
     return e;
   }
 
-  nlohmann::json judge_request(const Item& it, const CompileOutcome& co) const {
-    nlohmann::json req = {
-        {"op", "eval"},
-        {"problem_path", it.cand->problem->path},
-        {"format", to_string(it.ex.format)},
-        {"precision", cfg.precision},
-        {"seed", cfg.seed},
-        {"trials", cfg.trials},
-        {"atol", cfg.effective_atol()},
-        {"rtol", cfg.effective_rtol()},
-        {"allow", std::vector<std::string>(cfg.allow.begin(), cfg.allow.end())},
-        {"timing", cfg.timing},
-        {"timing_budget_s", cfg.timing_budget_s},
-        {"timing_target_rel_err", cfg.timing_target_rel_err},
-        {"timing_input_sets", cfg.timing_input_sets},
-        {"timing_timeout_s", cfg.timing_timeout_s},
-        {"load_timeout_s", cfg.load_timeout_s},
-        {"trial_timeout_s", cfg.trial_timeout_s},
-    };
-    if (it.ex.format == SolutionFormat::kNative) {
-      req["so_path"] = co.modules.at(0).so_path;
-    } else {
-      fs::path sol = fs::path(opts.cache_dir) / "solutions" / (sha256_hex(it.ex.code) + ".py");
-      if (!fs::exists(sol)) write_file_atomic(sol, it.ex.code);
-      req["solution_path"] = sol.string();
-      nlohmann::json art = nlohmann::json::object();
-      for (const auto& m : co.modules) art[m.source_key] = m.so_path;
-      req["artifacts"] = art;
-    }
-    return req;
+  void finish(Item& it) {
+    EvalResult& r = it.prep.result;
+    finalize_result(r, cfg);
+    r.wall_s = std::chrono::duration<double>(Clock::now() - it.start).count();
+    it.done(std::move(r));
   }
 
-  double request_timeout_s() const {
-    return cfg.load_timeout_s + cfg.trials * cfg.trial_timeout_s +
-           (cfg.timing ? cfg.timing_timeout_s + 4 * cfg.timing_budget_s : 0) + 180;
+  std::optional<Item> take_ready() {
+    std::unique_lock lk(mu);
+    while (true) {
+      for (auto it = pending.begin(); it != pending.end(); ++it) {
+        if (it->compile_ready()) {
+          Item item = std::move(*it);
+          pending.erase(it);
+          ++executing;
+          return item;
+        }
+      }
+      if (stop) return std::nullopt;
+      cv.wait_for(lk, std::chrono::milliseconds(20));
+    }
   }
 
-  void fill_from_judge(EvalResult& r, const nlohmann::json& j) const {
-    auto v = verdict_from_string(j.value("verdict", ""));
-    if (!v) {
-      r.verdict = Verdict::kInfraError;
-      r.infra_error = "judge returned an unknown verdict: " + j.value("verdict", std::string("?"));
-      return;
+  void gpu_loop(int gpu) {
+    GpuRunner runner(executor_options(gpu), cfg);
+    while (auto item = take_ready()) {
+      Item& it = *item;
+      EvalResult& r = it.prep.result;
+      CompileOutcome co;
+      bool go_on = true;
+      if (it.prep.compile) {
+        try {
+          co = it.compiled.get();
+        } catch (const std::exception& e) {
+          co.status = CompileOutcome::Status::kInfraError;
+          co.error = e.what();
+        }
+        go_on = apply_compile(r, co, cfg);
+      }
+      if (go_on) runner.execute(it.cand, it.prep, co, r);
+      finish(it);
+      std::lock_guard lk(mu);
+      --executing;
     }
-    r.verdict = *v;
-    r.stage = stage_of(*v);
-    r.rule = j.value("rule", "");
-    r.reason = j.value("reason", "");
-    r.runtime_error = j.value("runtime_error", "");
-    r.trials_passed = j.value("trials_passed", 0);
-    r.trials_total = j.value("trials_total", 0);
-    r.mismatch = j.value("mismatch", nlohmann::json());
-    r.degenerate_reference = j.value("degenerate_reference", false);
-    r.candidate_time = timing_from_json(j.value("candidate_time", nlohmann::json()));
-    r.reference_time = timing_from_json(j.value("reference_time", nlohmann::json()));
-    if (j.contains("speedup") && j["speedup"].is_number()) r.speedup = j["speedup"].get<double>();
-    r.gpu = j.value("gpu", "");
-    r.exec_s = j.value("judge_s", 0.0);
-    r.exec_stages = j.value("stage_s", nlohmann::json());
-    r.torch_version = j.value("torch_version", "");
-    if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
-    if (r.speedup && (*r.speedup > cfg.speedup_review_bound || r.degenerate_reference))
-      r.speedup_flagged = true;
+  }
+
+  void start_gpu_threads() {
+    for (int g : opts.gpus) gpu_threads.emplace_back([this, g] { gpu_loop(g); });
   }
 };
 
@@ -122,6 +119,7 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   impl_->cfg = std::move(cfg);
   impl_->opts = std::move(opts);
   MC_CHECK(!impl_->opts.cache_dir.empty(), "evaluator needs a cache folder");
+  MC_CHECK(!impl_->opts.gpus.empty(), "evaluator needs at least one GPU entry");
   if (impl_->opts.scratch_dir.empty())
     impl_->opts.scratch_dir = (fs::path(impl_->opts.cache_dir) / "scratch").string();
   impl_->tc = discover_toolchain(impl_->opts.cuda_arch);
@@ -132,164 +130,67 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   impl_->pool = std::make_unique<CompilePool>(impl_->tc, po);
 }
 
-Evaluator::~Evaluator() = default;
+Evaluator::~Evaluator() {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->stop = true;  // GPU threads finish what is queued, then leave
+  }
+  impl_->cv.notify_all();
+  for (auto& t : impl_->gpu_threads) t.join();
+}
+
+const EvalConfig& Evaluator::config() const { return impl_->cfg; }
+
+void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
+  Impl& m = *impl_;
+  Item it{std::move(c), {}, {}, std::move(done), Clock::now()};
+  it.prep = prepare_candidate(it.cand, m.cfg, m.opts.skip_static);
+  if (it.prep.done) {
+    m.finish(it);
+    return;
+  }
+  if (it.prep.compile) it.compiled = m.pool->submit(*it.prep.compile);
+  std::call_once(m.started, [&] { m.start_gpu_threads(); });
+  {
+    std::lock_guard lk(m.mu);
+    m.pending.push_back(std::move(it));
+  }
+  m.cv.notify_one();
+}
+
+Evaluator::Stats Evaluator::stats() const {
+  const Impl& m = *impl_;
+  Stats s;
+  {
+    std::lock_guard lk(m.mu);
+    for (const auto& it : m.pending) (it.compile_ready() ? s.ready : s.compiling)++;
+    s.executing = m.executing;
+  }
+  s.gpus = m.opts.gpus.size();
+  auto load = m.pool->load();
+  s.compile_workers = load.workers;
+  s.compile_busy = load.busy;
+  return s;
+}
 
 std::vector<EvalResult> Evaluator::run(const std::vector<Candidate>& candidates,
                                        const std::function<void(const EvalResult&)>& on_result) {
-  Impl& m = *impl_;
   std::vector<EvalResult> results(candidates.size());
   std::mutex out_mu;
-  ProgressBar bar("eval", candidates.size(), m.opts.progress);
-  auto finish = [&](Item& it) {
-    EvalResult& r = it.result;
-    if (r.verdict != Verdict::kInfraError) r.stage = stage_of(r.verdict);
-    r.reward = compute_reward(r, m.cfg.reward);
-    r.feedback = make_feedback(r);
-    r.wall_s = std::chrono::duration<double>(Clock::now() - it.start).count();
-    std::lock_guard lk(out_mu);
-    results[it.index] = r;
-    if (on_result) on_result(r);
-    bar.advance(1, r.problem_key);
-  };
-
-  // Stages 1-3 on this thread; compiles run on the pool meanwhile.
-  std::list<Item> pending;
+  std::condition_variable all_done;
+  size_t remaining = candidates.size();
+  ProgressBar bar("eval", candidates.size(), impl_->opts.progress);
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const Candidate& c = candidates[i];
-    Item it{i, &c, {}, {}, false, {}, Clock::now()};
-    EvalResult& r = it.result;
-    r.problem_key = c.problem ? c.problem->key : c.problem_ref;
-    r.problem_name = c.problem ? c.problem->name : "";
-    r.problem_id = c.problem ? c.problem->id : -1;
-    r.level = c.problem ? c.problem->level : 0;
-    r.sample_id = c.sample_id;
-    r.config_hash = m.cfg.config_hash();
-    if (!c.input_error.empty()) {
-      r.verdict = Verdict::kExtractError;
-      r.reason = c.input_error + " (" + c.origin + ")";
-      finish(it);
-      continue;
-    }
-    it.ex = extract_solution(c.answer);
-    if (!it.ex.ok) {
-      r.verdict = Verdict::kExtractError;
-      r.reason = it.ex.error;
-      finish(it);
-      continue;
-    }
-    r.solution_format = to_string(it.ex.format);
-    StaticCheckOptions so{m.cfg.precision, m.cfg.allow};
-    if (!m.opts.skip_static) r.violations = static_check(it.ex.code, it.ex.format, so);
-    if (!r.violations.empty()) {
-      r.verdict = Verdict::kStaticViolation;
-      r.rule = r.violations.front().rule;
-      r.reason = r.violations.front().message;
-      finish(it);
-      continue;
-    }
-    CompileRequest req;
-    req.format = it.ex.format;
-    r.compile_path = "pool";
-    if (it.ex.format == SolutionFormat::kNative) {
-      req.native_source = it.ex.code;
-    } else {
-      std::string why;
-      auto calls = find_load_inline_calls(it.ex.code, &why);
-      if (calls) req.calls = *calls;
-      else r.compile_path = "runtime";  // built by the harness at load time
-    }
-    if (req.format == SolutionFormat::kNative || !req.calls.empty()) {
-      it.compiled = m.pool->submit(req);
-      it.has_compile = true;
-    }
-    pending.push_back(std::move(it));
+    submit(candidates[i], [&, i](EvalResult r) {
+      std::lock_guard lk(out_mu);
+      results[i] = std::move(r);
+      if (on_result) on_result(results[i]);
+      bar.advance(1, results[i].problem_key);
+      if (--remaining == 0) all_done.notify_all();
+    });
   }
-
-  // Stages 4-7: one thread per GPU takes whichever candidate has finished compiling first.
-  std::mutex q_mu;
-  auto take_ready = [&]() -> std::optional<Item> {
-    while (true) {
-      {
-        std::lock_guard lk(q_mu);
-        if (pending.empty()) return std::nullopt;
-        for (auto it = pending.begin(); it != pending.end(); ++it) {
-          if (!it->has_compile ||
-              it->compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
-            Item item = std::move(*it);
-            pending.erase(it);
-            return item;
-          }
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  };
-  auto gpu_worker = [&](int gpu) {
-    std::unique_ptr<Executor> exec;
-    int consecutive_infra = 0;
-    while (auto item = take_ready()) {
-      Item& it = *item;
-      EvalResult& r = it.result;
-      CompileOutcome co;
-      if (it.has_compile) {
-        co = it.compiled.get();
-        r.compile_s = co.seconds;
-        r.compile_cached = co.cached;
-        if (co.status == CompileOutcome::Status::kInfraError) {
-          r.verdict = Verdict::kInfraError;
-          r.infra_error = "compile pool: " + co.error;
-          finish(it);
-          continue;
-        }
-        if (co.status == CompileOutcome::Status::kCompileError) {
-          r.verdict = Verdict::kCompileError;
-          r.compile_log = co.log;
-          r.reason = "the sources did not compile";
-          finish(it);
-          continue;
-        }
-      }
-      r.compiled = true;
-      if (consecutive_infra >= 3) {  // this GPU's judge cannot run: do not wait for it again
-        r.verdict = Verdict::kInfraError;
-        r.infra_error = "executor for GPU " + std::to_string(gpu) + " is unavailable";
-        finish(it);
-        continue;
-      }
-      nlohmann::json req;
-      try {
-        req = m.judge_request(it, co);
-      } catch (const std::exception& e) {
-        r.verdict = Verdict::kInfraError;
-        r.infra_error = std::string("preparing the request: ") + e.what();
-        finish(it);
-        continue;
-      }
-      // Infra failures are retried once; a candidate's own failures never are.
-      for (int attempt = 0; attempt < 2; ++attempt) {
-        try {
-          if (!exec) exec = std::make_unique<Executor>(m.executor_options(gpu));
-          auto reply = exec->call(req, m.request_timeout_s());
-          if (reply.value("ok", false)) {
-            m.fill_from_judge(r, reply.at("result"));
-            if (r.compile_path == "runtime") r.compiled = true;
-            consecutive_infra = 0;
-            break;
-          }
-          r.verdict = Verdict::kInfraError;
-          r.infra_error = reply.value("infra_error", std::string("judge failed"));
-        } catch (const std::exception& e) {
-          r.verdict = Verdict::kInfraError;
-          r.infra_error = e.what();
-        }
-        ++consecutive_infra;
-      }
-      finish(it);
-    }
-  };
-  std::vector<std::thread> workers;
-  for (int g : m.opts.gpus) workers.emplace_back(gpu_worker, g);
-  for (auto& w : workers) w.join();
+  std::unique_lock lk(out_mu);
+  all_done.wait(lk, [&] { return remaining == 0; });
   return results;
 }
 

@@ -32,10 +32,25 @@ class Evaluator {
   Evaluator(EvalConfig cfg, EvaluatorOptions opts);
   ~Evaluator();
 
+  // Streaming: queues one candidate and returns at once; `done` is called exactly once, from
+  // a pipeline thread, with its final result. Stages 1-2 run on the calling thread.
+  void submit(Candidate c, std::function<void(EvalResult)> done);
+
   // Evaluates every candidate; `on_result` is called once per candidate (from any thread, one
   // call at a time) as soon as its result is final. Returns the results in input order.
   std::vector<EvalResult> run(const std::vector<Candidate>& candidates,
                               const std::function<void(const EvalResult&)>& on_result = {});
+
+  // What the pipeline holds right now (for a service's /metrics and back-pressure).
+  struct Stats {
+    size_t compiling = 0;  // waiting for the compile pool
+    size_t ready = 0;      // compiled, waiting for a GPU
+    size_t executing = 0;  // on a GPU right now
+    size_t gpus = 0;
+    size_t compile_workers = 0, compile_busy = 0;
+  };
+  Stats stats() const;
+  const EvalConfig& config() const;
 
   // Reference timings (eager, optionally torch.compile) for KernelBench's baseline JSON.
   nlohmann::json baseline(const std::vector<ProblemPtr>& problems, bool with_compile);

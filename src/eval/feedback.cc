@@ -71,6 +71,8 @@ std::string make_feedback(const EvalResult& r) {
       return "Rejected during timing [" + r.rule + "]: " + r.reason;
     case Verdict::kInfraError:
       return "";  // not the candidate's fault: nothing to repair
+    case Verdict::kCompiled:
+      return "It compiles (compile-only check: nothing was run).";
     case Verdict::kOk: {
       std::string s = "Correct and legal.";
       if (r.speedup && r.candidate_time && r.reference_time)

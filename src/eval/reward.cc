@@ -7,6 +7,7 @@ namespace mc::eval {
 std::optional<double> compute_reward(const EvalResult& r, const RewardParams& p) {
   switch (r.verdict) {
     case Verdict::kInfraError:
+    case Verdict::kCompiled:  // not judged: a compile-only job earns nothing either way
       return std::nullopt;
     case Verdict::kOk: {
       double nu = (r.speedup && !r.speedup_flagged) ? *r.speedup : 1.0;

@@ -6,7 +6,7 @@
 namespace mc::eval {
 namespace {
 
-constexpr std::array<std::pair<Verdict, const char*>, 11> kVerdictNames = {{
+constexpr std::array<std::pair<Verdict, const char*>, 12> kVerdictNames = {{
     {Verdict::kOk, "ok"},
     {Verdict::kExtractError, "extract_error"},
     {Verdict::kStaticViolation, "static_violation"},
@@ -18,6 +18,7 @@ constexpr std::array<std::pair<Verdict, const char*>, 11> kVerdictNames = {{
     {Verdict::kIllegal, "illegal"},
     {Verdict::kTimingError, "timing_error"},
     {Verdict::kInfraError, "infra_error"},
+    {Verdict::kCompiled, "compiled"},
 }};
 
 constexpr std::array<std::pair<Stage, const char*>, 8> kStageNames = {{
@@ -70,6 +71,7 @@ Stage stage_of(Verdict v) {
     case Verdict::kIllegal: return Stage::kLegality;
     case Verdict::kTimingError: return Stage::kTiming;
     case Verdict::kInfraError: return Stage::kDone;
+    case Verdict::kCompiled: return Stage::kCompile;
   }
   return Stage::kDone;
 }

@@ -19,6 +19,7 @@ enum class Verdict {
   kIllegal,          // a run-time legality rule fired (torch compute, no own kernel, ...)
   kTimingError,      // outputs of timed runs were wrong, or the timing was inconsistent
   kInfraError,       // the verifier itself failed: never a score of the candidate
+  kCompiled,         // compile-only job: it compiled; nothing was executed (no reward)
 };
 
 // Pipeline stages in order; a row names the stage its candidate stopped at.

@@ -1,0 +1,200 @@
+#include "eval/pipeline.h"
+
+#include "common/fs.h"
+#include "common/hash.h"
+#include "eval/feedback.h"
+#include "eval/reward.h"
+#include "eval/static_check.h"
+
+namespace mc::eval {
+
+PreparedCandidate prepare_candidate(const Candidate& c, const EvalConfig& cfg, bool skip_static) {
+  PreparedCandidate p;
+  EvalResult& r = p.result;
+  r.problem_key = c.problem ? c.problem->key : c.problem_ref;
+  r.problem_name = c.problem ? c.problem->name : "";
+  r.problem_id = c.problem ? c.problem->id : -1;
+  r.level = c.problem ? c.problem->level : 0;
+  r.sample_id = c.sample_id;
+  r.config_hash = cfg.config_hash();
+  if (!c.input_error.empty()) {
+    r.verdict = Verdict::kExtractError;
+    r.reason = c.input_error + " (" + c.origin + ")";
+    p.done = true;
+    return p;
+  }
+  p.ex = extract_solution(c.answer);
+  if (!p.ex.ok) {
+    r.verdict = Verdict::kExtractError;
+    r.reason = p.ex.error;
+    p.done = true;
+    return p;
+  }
+  r.solution_format = to_string(p.ex.format);
+  StaticCheckOptions so{cfg.precision, cfg.allow};
+  if (!skip_static) r.violations = static_check(p.ex.code, p.ex.format, so);
+  if (!r.violations.empty()) {
+    r.verdict = Verdict::kStaticViolation;
+    r.rule = r.violations.front().rule;
+    r.reason = r.violations.front().message;
+    p.done = true;
+    return p;
+  }
+  CompileRequest req;
+  req.format = p.ex.format;
+  r.compile_path = "pool";
+  if (p.ex.format == SolutionFormat::kNative) {
+    req.native_source = p.ex.code;
+  } else {
+    std::string why;
+    auto calls = find_load_inline_calls(p.ex.code, &why);
+    if (calls) req.calls = *calls;
+    else r.compile_path = "runtime";  // built by the harness at load time
+  }
+  if (req.format == SolutionFormat::kNative || !req.calls.empty()) p.compile = std::move(req);
+  if (!p.compile && cfg.compile_only) {
+    // Nothing can be built ahead of the judge, so a compile-only job has nothing to check.
+    r.verdict = Verdict::kCompiled;
+    r.reason = "no load_inline call could be read statically; nothing was prebuilt";
+    p.done = true;
+  }
+  return p;
+}
+
+bool apply_compile(EvalResult& r, const CompileOutcome& co, const EvalConfig& cfg) {
+  r.compile_s = co.seconds;
+  r.compile_cached = co.cached;
+  if (co.status == CompileOutcome::Status::kInfraError) {
+    r.verdict = Verdict::kInfraError;
+    r.infra_error = "compile pool: " + co.error;
+    return false;
+  }
+  if (co.status == CompileOutcome::Status::kCompileError) {
+    r.verdict = Verdict::kCompileError;
+    r.compile_log = co.log;
+    r.reason = "the sources did not compile";
+    return false;
+  }
+  r.compiled = true;
+  if (cfg.compile_only) {
+    r.verdict = Verdict::kCompiled;
+    r.reason = "compiled (compile-only job)";
+    return false;
+  }
+  return true;
+}
+
+void finalize_result(EvalResult& r, const EvalConfig& cfg) {
+  if (r.verdict != Verdict::kInfraError) r.stage = stage_of(r.verdict);
+  r.reward = compute_reward(r, cfg.reward);
+  r.feedback = make_feedback(r);
+}
+
+GpuRunner::GpuRunner(ExecutorOptions opts, EvalConfig cfg)
+    : opts_(std::move(opts)), cfg_(std::move(cfg)) {}
+
+GpuRunner::~GpuRunner() = default;
+
+nlohmann::json GpuRunner::judge_request(const Candidate& c, const PreparedCandidate& p,
+                                        const CompileOutcome& co) const {
+  nlohmann::json req = {
+      {"op", "eval"},
+      {"problem_path", c.problem->path},
+      {"format", to_string(p.ex.format)},
+      {"precision", cfg_.precision},
+      {"seed", cfg_.seed},
+      {"trials", cfg_.trials},
+      {"atol", cfg_.effective_atol()},
+      {"rtol", cfg_.effective_rtol()},
+      {"allow", std::vector<std::string>(cfg_.allow.begin(), cfg_.allow.end())},
+      {"timing", cfg_.timing},
+      {"timing_budget_s", cfg_.timing_budget_s},
+      {"timing_target_rel_err", cfg_.timing_target_rel_err},
+      {"timing_input_sets", cfg_.timing_input_sets},
+      {"timing_timeout_s", cfg_.timing_timeout_s},
+      {"load_timeout_s", cfg_.load_timeout_s},
+      {"trial_timeout_s", cfg_.trial_timeout_s},
+  };
+  if (p.ex.format == SolutionFormat::kNative) {
+    req["so_path"] = co.modules.at(0).so_path;
+  } else {
+    fs::path sol = fs::path(opts_.cache_dir) / "solutions" / (sha256_hex(p.ex.code) + ".py");
+    if (!fs::exists(sol)) write_file_atomic(sol, p.ex.code);
+    req["solution_path"] = sol.string();
+    nlohmann::json art = nlohmann::json::object();
+    for (const auto& m : co.modules) art[m.source_key] = m.so_path;
+    req["artifacts"] = art;
+  }
+  return req;
+}
+
+double GpuRunner::request_timeout_s() const {
+  return cfg_.load_timeout_s + cfg_.trials * cfg_.trial_timeout_s +
+         (cfg_.timing ? cfg_.timing_timeout_s + 4 * cfg_.timing_budget_s : 0) + 180;
+}
+
+void GpuRunner::fill_from_judge(EvalResult& r, const nlohmann::json& j) const {
+  auto v = verdict_from_string(j.value("verdict", ""));
+  if (!v || *v == Verdict::kCompiled) {
+    r.verdict = Verdict::kInfraError;
+    r.infra_error = "judge returned an unknown verdict: " + j.value("verdict", std::string("?"));
+    return;
+  }
+  r.verdict = *v;
+  r.stage = stage_of(*v);
+  r.rule = j.value("rule", "");
+  r.reason = j.value("reason", "");
+  r.runtime_error = j.value("runtime_error", "");
+  r.trials_passed = j.value("trials_passed", 0);
+  r.trials_total = j.value("trials_total", 0);
+  r.mismatch = j.value("mismatch", nlohmann::json());
+  r.degenerate_reference = j.value("degenerate_reference", false);
+  r.candidate_time = timing_from_json(j.value("candidate_time", nlohmann::json()));
+  r.reference_time = timing_from_json(j.value("reference_time", nlohmann::json()));
+  if (j.contains("speedup") && j["speedup"].is_number()) r.speedup = j["speedup"].get<double>();
+  r.gpu = j.value("gpu", "");
+  r.exec_s = j.value("judge_s", 0.0);
+  r.exec_stages = j.value("stage_s", nlohmann::json());
+  r.torch_version = j.value("torch_version", "");
+  if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
+  if (r.speedup && (*r.speedup > cfg_.speedup_review_bound || r.degenerate_reference))
+    r.speedup_flagged = true;
+}
+
+void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+                        EvalResult& r) {
+  if (consecutive_infra_ >= 3) {  // this GPU's judge cannot run: do not wait for it again
+    r.verdict = Verdict::kInfraError;
+    r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable";
+    return;
+  }
+  nlohmann::json req;
+  try {
+    req = judge_request(c, p, co);
+  } catch (const std::exception& e) {
+    r.verdict = Verdict::kInfraError;
+    r.infra_error = std::string("preparing the request: ") + e.what();
+    return;
+  }
+  // Infra failures are retried once; a candidate's own failures never are.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      if (!exec_) exec_ = std::make_unique<Executor>(opts_);
+      auto reply = exec_->call(req, request_timeout_s());
+      if (reply.value("ok", false)) {
+        fill_from_judge(r, reply.at("result"));
+        if (r.compile_path == "runtime") r.compiled = true;
+        consecutive_infra_ = 0;
+        return;
+      }
+      r.verdict = Verdict::kInfraError;
+      r.infra_error = reply.value("infra_error", std::string("judge failed"));
+    } catch (const std::exception& e) {
+      r.verdict = Verdict::kInfraError;
+      r.infra_error = e.what();
+    }
+    ++consecutive_infra_;
+  }
+}
+
+}  // namespace mc::eval

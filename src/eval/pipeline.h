@@ -1,0 +1,60 @@
+// The stages of one candidate as separate steps, so that one process (Evaluator) or a fleet of
+// machines (src/serve: compile workers and GPU workers on Redis Streams) runs the very same
+// code:  prepare (extract + static, cheap)  ->  compile (CPU pool)  ->  execute (one GPU's
+// judge)  ->  finalize (reward + feedback).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "eval/candidates.h"
+#include "eval/compile_pool.h"
+#include "eval/eval_config.h"
+#include "eval/executor.h"
+#include "eval/extract.h"
+#include "eval/result.h"
+
+namespace mc::eval {
+
+struct PreparedCandidate {
+  EvalResult result;   // identity filled in; holds the verdict when `done`
+  Extraction ex;
+  bool done = false;   // a verdict was reached before compiling (extract or static)
+  std::optional<CompileRequest> compile;  // nullopt: nothing to prebuild (harness builds it)
+};
+
+// Stages 1-2: extraction and static legality. Never throws for a candidate's own faults.
+PreparedCandidate prepare_candidate(const Candidate& c, const EvalConfig& cfg, bool skip_static);
+
+// Stage 3's outcome into the result. Returns false when the result is final (compile error,
+// compile-pool infra error, or a compile-only job).
+bool apply_compile(EvalResult& r, const CompileOutcome& co, const EvalConfig& cfg);
+
+// Stage, reward and feedback from the verdict.
+void finalize_result(EvalResult& r, const EvalConfig& cfg);
+
+// Stages 4-7 on one GPU: owns that GPU's judge (started on first use, restarted after a
+// crash). Infra failures are retried once; after three in a row the GPU is considered lost and
+// further candidates get infra_error at once. One thread drives one GpuRunner.
+class GpuRunner {
+ public:
+  GpuRunner(ExecutorOptions opts, EvalConfig cfg);
+  ~GpuRunner();
+  void execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+               EvalResult& r);
+  int gpu() const { return opts_.gpu; }
+
+ private:
+  nlohmann::json judge_request(const Candidate& c, const PreparedCandidate& p,
+                               const CompileOutcome& co) const;
+  void fill_from_judge(EvalResult& r, const nlohmann::json& j) const;
+  double request_timeout_s() const;
+
+  ExecutorOptions opts_;
+  EvalConfig cfg_;
+  std::unique_ptr<Executor> exec_;
+  int consecutive_infra_ = 0;
+};
+
+}  // namespace mc::eval
