@@ -19,90 +19,14 @@
 #include "eval/sandbox.h"
 #include "eval/static_check.h"
 #include "eval/summary.h"
+#include "cli/run_options.h"
+#include "cli/serve_commands.h"
 
 namespace {
 
 using namespace mc;
 using namespace mc::eval;
-
-// Options shared by eval and baseline.
-struct RunOptions {
-  std::string problems;          // folder of KernelBench problems (or a checkout)
-  int level = 0;                 // 0: every level found
-  std::string solutions;         // folder or .jsonl of candidates
-  std::string gpus = "0";        // comma-separated GPU indices, one judge each
-  std::string device = "cuda";   // cuda | cpu (cpu: tests without a GPU)
-  std::string out;               // JSONL results ("" : none)
-  std::string cache_dir;         // compile cache, reference timings
-  int compile_workers = 0;       // 0: half the cores
-  bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
-  bool no_progress = false;
-  bool skip_static = false;      // test the run-time defenses alone (never for scoring)
-  std::string cuda_arch;         // "" : detect
-  std::vector<std::string> allow;
-  EvalConfig cfg;
-};
-
-std::string default_cache_dir() {
-  const char* xdg = getenv("XDG_CACHE_HOME");
-  const char* home = getenv("HOME");
-  std::string base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
-  return base + "/musacoder";
-}
-
-std::vector<int> parse_gpus(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream ss(s);
-  for (std::string t; std::getline(ss, t, ',');) {
-    MC_CHECK(!t.empty() && std::all_of(t.begin(), t.end(), ::isdigit),
-             "--gpus expects comma-separated indices like 0,1,2, got '", s, "'");
-    out.push_back(std::stoi(t));
-  }
-  MC_CHECK(!out.empty(), "--gpus is empty");
-  return out;
-}
-
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "musacoder";
-}
-
-void add_run_options(CLI::App* app, RunOptions& o) {
-  app->add_option("--problems", o.problems, "folder of KernelBench problems, or a KernelBench checkout")
-      ->required()->envname("MUSACODER_PROBLEMS");
-  app->add_option("--level", o.level, "KernelBench level to use (0: all)")->envname("MUSACODER_LEVEL");
-  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")
-      ->capture_default_str()->envname("MUSACODER_GPUS");
-  app->add_option("--device", o.device, "cuda, or cpu to run judges on the CPU (tests)")
-      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
-  app->add_option("--precision", o.cfg.precision, "fp32, fp16 or bf16")
-      ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
-      ->envname("MUSACODER_PRECISION");
-  app->add_option("--seed", o.cfg.seed, "seed for weights and inputs")->capture_default_str();
-  app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")
-      ->envname("MUSACODER_CACHE_DIR");
-  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
-      ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
-  app->add_flag("--no-progress", o.no_progress, "no progress bar");
-  app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
-      ->envname("MUSACODER_CUDA_ARCH");
-}
-
-std::unique_ptr<Evaluator> make_evaluator(RunOptions& o) {
-  for (const auto& a : o.allow) o.cfg.allow.insert(a);
-  EvaluatorOptions eo;
-  eo.gpus = parse_gpus(o.gpus);
-  eo.device = o.device;
-  eo.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
-  eo.compile_workers = o.compile_workers;
-  eo.sandbox = !o.no_sandbox;
-  eo.sandbox_exe = self_exe();
-  eo.cuda_arch = o.cuda_arch;
-  eo.progress = !o.no_progress;
-  eo.skip_static = o.skip_static;
-  return std::make_unique<Evaluator>(o.cfg, eo);
-}
+using namespace mc::cli;
 
 int cmd_eval(RunOptions& o) {
   auto problems = load_problems(o.problems, o.level);
@@ -264,12 +188,15 @@ int main(int argc, char** argv) {
   base->add_option("--out", base_opts.out, "KernelBench-schema JSON (default baseline_time_torch.json)");
   base->add_flag("--compile", base_compile, "also time torch.compile");
 
+  ServeCommands serve_cmds(app);
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   try {
+    if (auto rc = serve_cmds.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {

@@ -87,7 +87,7 @@ struct Evaluator::Impl {
   }
 
   void gpu_loop(int gpu) {
-    GpuRunner runner(executor_options(gpu), cfg);
+    GpuRunner runner(executor_options(gpu));
     while (auto item = take_ready()) {
       Item& it = *item;
       EvalResult& r = it.prep.result;
@@ -102,7 +102,7 @@ struct Evaluator::Impl {
         }
         go_on = apply_compile(r, co, cfg);
       }
-      if (go_on) runner.execute(it.cand, it.prep, co, r);
+      if (go_on) runner.execute(it.cand, it.prep, co, cfg, r);
       finish(it);
       std::lock_guard lk(mu);
       --executing;

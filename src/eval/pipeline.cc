@@ -90,13 +90,12 @@ void finalize_result(EvalResult& r, const EvalConfig& cfg) {
   r.feedback = make_feedback(r);
 }
 
-GpuRunner::GpuRunner(ExecutorOptions opts, EvalConfig cfg)
-    : opts_(std::move(opts)), cfg_(std::move(cfg)) {}
+GpuRunner::GpuRunner(ExecutorOptions opts) : opts_(std::move(opts)) {}
 
 GpuRunner::~GpuRunner() = default;
 
 nlohmann::json GpuRunner::judge_request(const Candidate& c, const PreparedCandidate& p,
-                                        const CompileOutcome& co) const {
+                                        const CompileOutcome& co, const EvalConfig& cfg_) const {
   nlohmann::json req = {
       {"op", "eval"},
       {"problem_path", c.problem->path},
@@ -128,12 +127,14 @@ nlohmann::json GpuRunner::judge_request(const Candidate& c, const PreparedCandid
   return req;
 }
 
-double GpuRunner::request_timeout_s() const {
+namespace {
+
+double request_timeout_s(const EvalConfig& cfg_) {
   return cfg_.load_timeout_s + cfg_.trials * cfg_.trial_timeout_s +
          (cfg_.timing ? cfg_.timing_timeout_s + 4 * cfg_.timing_budget_s : 0) + 180;
 }
 
-void GpuRunner::fill_from_judge(EvalResult& r, const nlohmann::json& j) const {
+void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& cfg_) {
   auto v = verdict_from_string(j.value("verdict", ""));
   if (!v || *v == Verdict::kCompiled) {
     r.verdict = Verdict::kInfraError;
@@ -161,8 +162,10 @@ void GpuRunner::fill_from_judge(EvalResult& r, const nlohmann::json& j) const {
     r.speedup_flagged = true;
 }
 
+}  // namespace
+
 void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                        EvalResult& r) {
+                        const EvalConfig& cfg, EvalResult& r) {
   if (consecutive_infra_ >= 3) {  // this GPU's judge cannot run: do not wait for it again
     r.verdict = Verdict::kInfraError;
     r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable";
@@ -170,7 +173,7 @@ void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
   }
   nlohmann::json req;
   try {
-    req = judge_request(c, p, co);
+    req = judge_request(c, p, co, cfg);
   } catch (const std::exception& e) {
     r.verdict = Verdict::kInfraError;
     r.infra_error = std::string("preparing the request: ") + e.what();
@@ -180,9 +183,9 @@ void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
       if (!exec_) exec_ = std::make_unique<Executor>(opts_);
-      auto reply = exec_->call(req, request_timeout_s());
+      auto reply = exec_->call(req, request_timeout_s(cfg));
       if (reply.value("ok", false)) {
-        fill_from_judge(r, reply.at("result"));
+        fill_from_judge(r, reply.at("result"), cfg);
         if (r.compile_path == "runtime") r.compiled = true;
         consecutive_infra_ = 0;
         return;

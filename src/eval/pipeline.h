@@ -39,20 +39,18 @@ void finalize_result(EvalResult& r, const EvalConfig& cfg);
 // further candidates get infra_error at once. One thread drives one GpuRunner.
 class GpuRunner {
  public:
-  GpuRunner(ExecutorOptions opts, EvalConfig cfg);
+  explicit GpuRunner(ExecutorOptions opts);
   ~GpuRunner();
+  // `cfg` is the candidate's own (jobs from a queue may each carry a different one).
   void execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-               EvalResult& r);
+               const EvalConfig& cfg, EvalResult& r);
   int gpu() const { return opts_.gpu; }
 
  private:
   nlohmann::json judge_request(const Candidate& c, const PreparedCandidate& p,
-                               const CompileOutcome& co) const;
-  void fill_from_judge(EvalResult& r, const nlohmann::json& j) const;
-  double request_timeout_s() const;
+                               const CompileOutcome& co, const EvalConfig& cfg) const;
 
   ExecutorOptions opts_;
-  EvalConfig cfg_;
   std::unique_ptr<Executor> exec_;
   int consecutive_infra_ = 0;
 };

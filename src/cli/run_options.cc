@@ -1,0 +1,75 @@
+#include "cli/run_options.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/check.h"
+
+namespace mc::cli {
+
+std::string default_cache_dir() {
+  const char* xdg = getenv("XDG_CACHE_HOME");
+  const char* home = getenv("HOME");
+  std::string base = xdg && *xdg ? xdg : std::string(home ? home : "/tmp") + "/.cache";
+  return base + "/musacoder";
+}
+
+std::vector<int> parse_gpus(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  for (std::string t; std::getline(ss, t, ',');) {
+    MC_CHECK(!t.empty() && std::all_of(t.begin(), t.end(), ::isdigit),
+             "--gpus expects comma-separated indices like 0,1,2, got '", s, "'");
+    out.push_back(std::stoi(t));
+  }
+  MC_CHECK(!out.empty(), "--gpus is empty");
+  return out;
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "musacoder";
+}
+
+void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
+  auto* p = app->add_option("--problems", o.problems,
+                            "folder of KernelBench problems, or a KernelBench checkout")
+                ->envname("MUSACODER_PROBLEMS");
+  if (problems_required) p->required();
+  app->add_option("--level", o.level, "KernelBench level to use (0: all)")->envname("MUSACODER_LEVEL");
+  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")
+      ->capture_default_str()->envname("MUSACODER_GPUS");
+  app->add_option("--device", o.device, "cuda, or cpu to run judges on the CPU (tests)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
+  app->add_option("--precision", o.cfg.precision, "fp32, fp16 or bf16")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
+      ->envname("MUSACODER_PRECISION");
+  app->add_option("--seed", o.cfg.seed, "seed for weights and inputs")->capture_default_str();
+  app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")
+      ->envname("MUSACODER_CACHE_DIR");
+  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
+      ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
+  app->add_flag("--no-progress", o.no_progress, "no progress bar");
+  app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
+      ->envname("MUSACODER_CUDA_ARCH");
+}
+
+std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
+  for (const auto& a : o.allow) o.cfg.allow.insert(a);
+  eval::EvaluatorOptions eo;
+  eo.gpus = parse_gpus(o.gpus);
+  eo.device = o.device;
+  eo.cache_dir = o.cache_dir.empty() ? default_cache_dir() : o.cache_dir;
+  eo.compile_workers = o.compile_workers;
+  eo.sandbox = !o.no_sandbox;
+  eo.sandbox_exe = self_exe();
+  eo.cuda_arch = o.cuda_arch;
+  eo.progress = !o.no_progress;
+  eo.skip_static = o.skip_static;
+  return std::make_unique<eval::Evaluator>(o.cfg, eo);
+}
+
+}  // namespace mc::cli

@@ -1,0 +1,39 @@
+// Options shared by the subcommands that run MooreEval (eval, baseline, serve, worker).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "eval/eval_config.h"
+#include "eval/evaluator.h"
+
+namespace mc::cli {
+
+struct RunOptions {
+  std::string problems;          // folder of KernelBench problems (or a checkout)
+  int level = 0;                 // 0: every level found
+  std::string solutions;         // folder or .jsonl of candidates
+  std::string gpus = "0";        // comma-separated GPU indices, one judge each
+  std::string device = "cuda";   // cuda | cpu (cpu: tests without a GPU)
+  std::string out;               // JSONL results ("" : none)
+  std::string cache_dir;         // compile cache, reference timings
+  int compile_workers = 0;       // 0: half the cores
+  bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
+  bool no_progress = false;
+  bool skip_static = false;      // test the run-time defenses alone (never for scoring)
+  std::string cuda_arch;         // "" : detect
+  std::vector<std::string> allow;
+  eval::EvalConfig cfg;
+};
+
+std::string default_cache_dir();  // $XDG_CACHE_HOME/musacoder or ~/.cache/musacoder
+std::vector<int> parse_gpus(const std::string& s);
+std::string self_exe();
+// --problems is required unless `problems_required` is false.
+void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
+std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o);
+
+}  // namespace mc::cli
