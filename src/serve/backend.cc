@@ -254,7 +254,7 @@ nlohmann::json RedisBackend::health() {
   try {
     auto r = pool_.acquire();
     RedisQueue q(*r, qopts_);
-    auto workers = q.workers();
+    nlohmann::json workers = q.workers();
     int alive_compile = 0, alive_gpu = 0;
     double now = unix_now();
     for (auto& [name, w] : workers.items()) {
@@ -277,7 +277,8 @@ std::map<std::string, double> RedisBackend::gauges() {
     g["mooreeval_queue_capacity"] = static_cast<double>(qopts_.max_depth);
     double slots[2] = {0, 0}, busy[2] = {0, 0}, alive[2] = {0, 0};
     double now = unix_now();
-    for (auto& [name, w] : q.workers().items()) {
+    nlohmann::json workers = q.workers();  // named: items() must not outlive it
+    for (auto& [name, w] : workers.items()) {
       if (!w.is_object() || now - w.value("ts", 0.0) > qopts_.claim_idle_ms / 1000.0) continue;
       int k = w.value("role", "") == "gpu" ? 1 : 0;
       alive[k] += 1;

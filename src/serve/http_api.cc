@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <sys/socket.h>
+
 #include <fstream>
 
 #include "common/check.h"
@@ -89,6 +91,7 @@ struct HttpServer::Impl {
   std::string gpu_kind, cache_dir;
   Metrics& metrics;
   httplib::Server svr;
+  int listen_fd = -1;
   std::map<std::string, eval::ProblemPtr> inline_problems;  // by source digest
   std::mutex mu;
 
@@ -315,6 +318,15 @@ HttpServer::HttpServer(ServerOptions opts, Backend& backend, ProblemSet problems
   m.svr.set_payload_max_length(m.opts.max_body_bytes);
   int threads = m.opts.threads;
   m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // cpp-httplib listens with a backlog of 5: a burst of clients overflows it (SYN retries cost
+  // a second each, some connections are reset). Remember the socket to widen it after bind.
+  m.svr.set_socket_options([&m](int sock) {
+    httplib::default_socket_options(sock);
+    m.listen_fd = sock;
+  });
+  // Clients long-poll and reuse connections: keep them open across many requests.
+  m.svr.set_keep_alive_max_count(1000);
+  m.svr.set_keep_alive_timeout(60);
   m.svr.set_read_timeout(30, 0);
   m.svr.set_write_timeout(30, 0);
   m.routes();
@@ -328,6 +340,7 @@ int HttpServer::bind() {
                               : (m.svr.bind_to_port(m.opts.host, m.opts.port) ? m.opts.port : -1);
   MC_CHECK(port > 0, "cannot listen on ", m.opts.host, ":", m.opts.port,
            " (in use, or not an address of this machine)");
+  if (m.listen_fd >= 0) ::listen(m.listen_fd, 1024);  // Linux: re-listen updates the backlog
   return port;
 }
 

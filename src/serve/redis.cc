@@ -50,8 +50,8 @@ RedisReply convert(const redisReply* r) {
 
 // Errors the server gives while it is (re)starting: worth waiting out, like a lost connection.
 bool transient_server_error(const std::string& msg) {
-  return msg.rfind("LOADING", 0) == 0 || msg.rfind("BUSY", 0) == 0 ||
-         msg.rfind("TRYAGAIN", 0) == 0 || msg.rfind("MASTERDOWN", 0) == 0;
+  std::string code = msg.substr(0, msg.find(' '));  // "BUSYGROUP" is not "BUSY"
+  return code == "LOADING" || code == "BUSY" || code == "TRYAGAIN" || code == "MASTERDOWN";
 }
 
 }  // namespace
