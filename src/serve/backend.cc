@@ -236,8 +236,10 @@ Admission RedisBackend::submit(const Job& job) {
 JobStatus RedisBackend::status(const std::string& id) {
   auto r = pool_.acquire();
   RedisQueue q(*r, qopts_);
-  if (auto res = q.result(id)) return {JobStatus::State::kDone, *res};
+  // Job key first: a result is stored in the same script that deletes the job key, so "not in
+  // flight" then "result" never misses a job that finishes between the two reads.
   if (q.in_flight(id)) return {JobStatus::State::kQueued, {}};
+  if (auto res = q.result(id)) return {JobStatus::State::kDone, *res};
   return {};
 }
 
