@@ -43,7 +43,7 @@ nlohmann::json to_json(const EvalResult& r) {
       {"sample_id", r.sample_id},
       {"solution_format", r.solution_format},
       {"config_hash", r.config_hash},
-      {"status", r.is_infra() ? "infra_error" : "scored"},
+      {"status", r.is_infra() ? "infra_error" : r.verdict == Verdict::kCompiled ? "not_scored" : "scored"},
       {"verdict", to_string(r.verdict)},
       {"stage", to_string(r.stage)},
       {"rule", r.rule},
