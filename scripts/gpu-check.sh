@@ -2,13 +2,13 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite bench" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite bench service" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite bench"}
+STAGES=${STAGES:-"env suite bench service"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device/musacoder ]; then BIN=$PWD/build-device/musacoder
@@ -40,6 +40,14 @@ for stage in $STAGES; do
       python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
     bench)
       if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
+    service)
+      # The GPU machines have no Redis: scripts/build-device.sh bundles one next to the binary.
+      rs=$(command -v redis-server || true); rl=""
+      if [ -x "$(dirname "$BIN")/redis/redis-server" ]; then
+        rs="$(dirname "$BIN")/redis/redis-server"; rl="$(dirname "$BIN")/redis/lib"
+      fi
+      REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
+        --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
   esac
 done
 exit $rc

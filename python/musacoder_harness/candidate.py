@@ -239,11 +239,20 @@ class Candidate:
         from .compare import flatten_outputs
         from .transport import open_value
         torch = self.torch
+        parts, t0 = {}, time.monotonic()  # reported, so a slow trial can be traced
+
+        def part(name):
+            nonlocal t0
+            now = time.monotonic()
+            parts[name] = now - t0
+            t0 = now
         inputs = [open_value(d, self.share_dir) for d in msg["inputs"]]
         params_loaded = None
         if msg.get("params") is not None:
             params_loaded = self._load_params(msg["params"])
+        part("open")
         self._poison_cached_blocks()
+        part("poison")
         report = {}
         threads_before = self.thread_starts.count
         if msg.get("monitor") and self.format != "native":
@@ -256,6 +265,7 @@ class Candidate:
                 out = self.model(*inputs)
         if self.cuda:
             torch.cuda.synchronize(self.device)
+        part("forward")
         if msg.get("monitor") and self.cuda:
             def again():
                 with torch.no_grad():
@@ -263,12 +273,14 @@ class Candidate:
             own, library, streams = legality.classify_kernels(
                 legality.profile_kernels(again), set(msg.get("allow", [])))
             report.update(own_kernels=own[:20], library_kernels=library[:20], streams=streams)
+            part("profile")
         report["new_threads"] = self.thread_starts.count - threads_before
         outs = flatten_outputs(out)
         descs = [self._describe_output(o) for o in outs]
         self.held = (out, inputs)
+        part("describe")
         return {"op": "ran", "outputs": descs, "legality": report, "params_loaded": params_loaded,
-                "tuple": isinstance(out, (tuple, list))}
+                "tuple": isinstance(out, (tuple, list)), "parts_s": parts}
 
     def warmup(self, msg):
         from .timing import warm_up

@@ -170,7 +170,14 @@ class Judge:
             lap("load")
 
             passed, first_mismatch = 0, None
+            parts = res["trial_parts_s"] = {}  # where trial time goes (judge side + candidate's)
+
+            def part(name, since):
+                now = time.monotonic()
+                parts[name] = parts.get(name, 0.0) + now - since
+                return now
             for t, (tseed, variant) in enumerate(trial_inputs):
+                t_part = time.monotonic()
                 redraw = None
                 if t in REDRAW_TRIALS and params:
                     new = redraw_parameters(ref_model, tseed)
@@ -188,14 +195,20 @@ class Judge:
                         ref = ref_model(*inputs)
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
+                t_part = part("reference", t_part)
                 shared = [share_value(x, share) for x in inputs]
                 inputs = [v for _, v in shared]  # what the candidate sees (and could write)
                 before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
                 msg = {"op": "run", "inputs": [d for d, _ in shared],
                        "monitor": t == 0, "allow": allow, "params": redraw}
                 res["trials_total"] = t + 1
+                t_part = part("share", t_part)
                 rep = self._ask(cand, msg, self.args.trial_timeout, "correctness",
                                 passed=passed)
+                t_part = part("candidate", t_part)
+                for k, v in (rep.get("parts_s") or {}).items():
+                    if isinstance(v, (int, float)):
+                        parts["cand_" + str(k)[:20]] = parts.get("cand_" + str(k)[:20], 0.0) + float(v)
                 try:
                     outs = [open_tensor(d, share).clone() for d in rep.get("outputs", [])]
                 except Exception as e:
@@ -204,6 +217,7 @@ class Judge:
                     cand.send({"op": "release"})
                 if self.cuda:
                     torch.cuda.synchronize()
+                t_part = part("outputs", t_part)
                 for x, b in zip(inputs, before):
                     if isinstance(x, torch.Tensor) and not torch.equal(
                             torch.nan_to_num(x), torch.nan_to_num(b)):
@@ -219,6 +233,7 @@ class Judge:
                     detail["variant"] = variant
                     first_mismatch = detail
                 res["trials_passed"] = passed
+                part("checks", t_part)
             res["mismatch"] = first_mismatch
             lap("trials")
             if passed < trials:
