@@ -311,6 +311,19 @@ class Candidate:
         return {"op": "calibrated", "times_us": times}
 
 
+def warm_legality_tools(torch, device):
+    """The run-time legality checks (the dispatch monitor and the profiler) import torch._dynamo
+    (sympy, triton...) and start CUPTI on first use: seconds on the GPU machines. Paid here,
+    while this process waits as a spare and before any candidate code exists in it, instead of
+    inside the candidate's first trial."""
+    from . import legality
+    x = torch.ones(4, device=device)
+    with torch.no_grad(), legality.OpRecorder():
+        x.add(1)
+    if str(device).startswith("cuda"):
+        legality.profile_kernels(lambda: x.add(1))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--in-fd", type=int, required=True)
@@ -329,6 +342,7 @@ def main():
         torch.cuda.set_device(torch.device(args.device))
         torch.zeros(1, device=args.device)  # create the context now, not inside a trial
     cand = Candidate(args.device, args.share_dir, args.scratch)
+    warm_legality_tools(torch, args.device)
     protocol.send(out_fd, {"op": "ready", "pid": os.getpid(),
                            "startup_s": time.monotonic() - t0,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})

@@ -53,6 +53,8 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
   app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
       ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
   app->add_flag("--no-progress", o.no_progress, "no progress bar");
+  app->add_option("--spares", o.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
+      ->envname("MUSACODER_SPARES");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
 }
@@ -69,6 +71,7 @@ std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
   eo.cuda_arch = o.cuda_arch;
   eo.progress = !o.no_progress;
   eo.skip_static = o.skip_static;
+  eo.spares = o.spares;
   return std::make_unique<eval::Evaluator>(o.cfg, eo);
 }
 

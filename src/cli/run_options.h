@@ -23,7 +23,8 @@ struct RunOptions {
   int compile_workers = 0;       // 0: half the cores
   bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
   bool no_progress = false;
-  bool skip_static = false;      // test the run-time defenses alone (never for scoring)
+  bool skip_static = false;
+  int spares = 0;                // warm candidate processes per judge (0: default)      // test the run-time defenses alone (never for scoring)
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;
   eval::EvalConfig cfg;

@@ -59,7 +59,7 @@ struct Evaluator::Impl {
     e.cache_dir = opts.cache_dir;
     e.scratch_dir = (fs::path(opts.scratch_dir) / ("gpu" + std::to_string(gpu))).string();
     if (opts.sandbox) e.sandbox_exe = opts.sandbox_exe;
-    e.spares = opts.device == "cpu" ? 1 : 3;
+    e.spares = default_spares(opts.device, opts.spares);
     return e;
   }
 

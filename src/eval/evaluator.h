@@ -25,6 +25,7 @@ struct EvaluatorOptions {
   std::string cuda_arch;        // "" : detect
   bool progress = true;
   bool skip_static = false;     // testing the run-time defenses alone (never for scoring)
+  int spares = 0;               // warm candidate processes per judge (0: 1 on cpu, 6 on cuda)
 };
 
 class Evaluator {

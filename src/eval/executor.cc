@@ -5,6 +5,11 @@
 
 namespace mc::eval {
 
+int default_spares(const std::string& device, int requested) {
+  if (requested > 0) return requested;
+  return device == "cpu" ? 1 : 6;
+}
+
 Executor::Executor(ExecutorOptions opts) : opts_(std::move(opts)) {}
 
 Executor::~Executor() {

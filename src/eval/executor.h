@@ -25,6 +25,10 @@ struct ExecutorOptions {
   int spares = 3;                // warm candidate processes the judge keeps ready
 };
 
+// Warm candidate processes a judge keeps: starting one (Python, torch, a CUDA context, the
+// legality tools) takes seconds, a candidate about one, so a GPU needs several ready.
+int default_spares(const std::string& device, int requested);
+
 // Thrown when the verifier itself fails (judge would not start, died, hung).
 class InfraError : public std::runtime_error {
  public:

@@ -91,6 +91,7 @@ void handle_compile(Shared& sh, RedisQueue& q, eval::CompilePool& pool, const De
   EvalResult& r = prep.result;
   if (prep.done) {
     eval::finalize_result(r, job.config);
+    r.wall_s = unix_now() - job.submitted_at;  // submission to result, queueing included
     q.finish(d, result_row(job, r), false);
     return;
   }
@@ -104,6 +105,7 @@ void handle_compile(Shared& sh, RedisQueue& q, eval::CompilePool& pool, const De
       throw Error("compile infrastructure: " + co.error);  // not the candidate's fault: retried
     if (!eval::apply_compile(r, co, job.config)) {
       eval::finalize_result(r, job.config);
+      r.wall_s = unix_now() - job.submitted_at;
       q.finish(d, result_row(job, r), false);
       return;
     }
@@ -151,6 +153,7 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
     if (r.is_infra()) throw Error("GPU " + std::to_string(runner.gpu()) + ": " + r.infra_error);
   }
   eval::finalize_result(r, job.config);
+  r.wall_s = unix_now() - job.submitted_at;
   q.finish(d, result_row(job, r), false);
 }
 
@@ -169,7 +172,7 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
     e.cache_dir = sh.opts.cache_dir;
     e.scratch_dir = (fs::path(sh.opts.cache_dir) / "scratch" / ("gpu" + std::to_string(e.gpu))).string();
     if (sh.opts.sandbox) e.sandbox_exe = sh.opts.sandbox_exe;
-    e.spares = sh.opts.device == "cpu" ? 1 : 3;
+    e.spares = eval::default_spares(sh.opts.device, 0);
     runner = std::make_unique<eval::GpuRunner>(e);
   };
   if (stage == QueueStage::kCompile) {
