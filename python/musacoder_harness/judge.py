@@ -291,10 +291,8 @@ class Judge:
     # ---- timing -----------------------------------------------------------------------------
     def _time(self, req, prob, ref_model, cand, res, dtype, seed):
         torch = self.torch
-        from .compare import compare_outputs
         from .inputs import make_inputs
-        from .timing import stats
-        from .transport import describe_value, open_tensor
+        from .transport import describe_value
         k = int(req.get("timing_input_sets", 3))
         budget = float(req.get("timing_budget_s", 2.0))
         sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, dtype) for i in range(k)]
@@ -316,6 +314,22 @@ class Judge:
         self._ask(cand, None, left(), "timing")  # its outputs
         cand.send({"op": "release"})
         iters = int(min(1000, max(10, budget * 1e6 / max(pilot_us, 1.0))))
+        # A busy host (spares starting, compilers) can stretch the judge's wall clock past the
+        # consistency bound for an honest kernel; the measurement is repeated once before a
+        # mismatch counts. A forged clock fails both times.
+        for attempt in (0, 1):
+            inconsistent = self._timed_run(cand, descs, iters, k, ref_outs, req, share, left, res)
+            if not inconsistent:
+                return
+            res["timing_retries"] = attempt + 1
+        raise Verdict("timing_error", inconsistent, "timing_inconsistent")
+
+    def _timed_run(self, cand, descs, iters, k, ref_outs, req, share, left, res):
+        """One timed run: checks its outputs, fills the timing into res. Returns "" or, when
+        the candidate's clock disagrees with the judge's, why."""
+        from .compare import compare_outputs
+        from .timing import stats
+        from .transport import open_tensor
         t0 = time.perf_counter()
         rep = self._ask(cand, {"op": "time", "input_sets": descs, "iters": iters}, left(), "timing")
         wall_us = (time.perf_counter() - t0) * 1e6
@@ -344,12 +358,12 @@ class Judge:
         # can exceed a tiny kernel's time, so only a claim under a tenth of the unexplained wall
         # time is a forgery (bounding what forging could gain to 10x, below the review bound).
         if claimed * 10 < (wall_us - overhead) - 2000:
-            raise Verdict("timing_error", f"the candidate's clock says {claimed / 1e3:.1f} ms, the "
-                          f"judge's {wall_us / 1e3:.1f} ms (overhead {overhead / 1e3:.1f} ms)",
-                          "timing_inconsistent")
+            return (f"the candidate's clock says {claimed / 1e3:.1f} ms, the judge's "
+                    f"{wall_us / 1e3:.1f} ms (overhead {overhead / 1e3:.1f} ms)")
         res["candidate_time"] = stats(times)
         res["timing_wall_us_per_iter"] = wall_us / iters
         res["speedup"] = res["reference_time"]["median_us"] / res["candidate_time"]["median_us"]
+        return ""
 
     def reference_time(self, req, prob, ref_model, sets, compile_mode=None):
         from .timing import time_adaptive
