@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -12,6 +13,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/subprocess.h"
+#include "eval/nvcc_phases.h"
 
 namespace mc::eval {
 namespace {
@@ -80,6 +82,38 @@ std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>
     out.push_back(std::move(r));
   }
   return out;
+}
+
+// One `nvcc -c` with its host and device phases in parallel (nvcc_phases.h); plain nvcc when
+// the plan is not the expected one, when a phase fails (so errors read as nvcc's own), or when
+// MUSACODER_NVCC_PHASES=0.
+StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir,
+                    const std::string& seed, double timeout_s) {
+  const char* env = getenv("MUSACODER_NVCC_PHASES");
+  if (!(env && std::string(env) == "0")) {
+    std::string why;
+    if (auto plan = plan_nvcc_phases(argv, dir, seed, &why)) {
+      auto fronts = run_parallel({{"/bin/bash", "-c", plan->host_script},
+                                  {"/bin/bash", "-c", plan->device_script}},
+                                 dir, timeout_s);
+      if (fronts[0].status.ok() && fronts[1].status.ok()) {
+        auto fin = run_parallel({{"/bin/bash", "-c", plan->final_script}}, dir, timeout_s);
+        if (fin[0].status.ok()) {
+          fin[0].output = fronts[0].output + fronts[1].output + fin[0].output;
+          std::error_code ec;
+          fs::remove_all(fs::path(dir) / "nvcc-phases", ec);  // preprocessed sources: megabytes
+          return fin[0];
+        }
+        why = "final phase: " + fin[0].output.substr(0, 2000);
+      } else {
+        why = "front phases: " + fronts[0].output.substr(0, 1500) + fronts[1].output.substr(0, 1500);
+      }
+    }
+    if (env && std::string(env) == "debug") fprintf(stderr, "nvcc phases not used: %s\n", why.c_str());
+    std::error_code ec;
+    fs::remove_all(fs::path(dir) / "nvcc-phases", ec);
+  }
+  return run_parallel({argv}, dir, timeout_s)[0];
 }
 
 }  // namespace
@@ -351,12 +385,18 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
       append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
       return nv;
     };
-    std::vector<std::vector<std::string>> first = {cxx};
-    if (cuda) first.push_back(nvcc_cmd(true));
-    auto r = run_parallel(first, dir, opts_.timeout_s);
-    if (cuda && !r[1].status.ok() && !r[1].status.timed_out) {
-      // The light header was not enough for this source: the real headers decide.
-      r[1] = run_parallel({nvcc_cmd(false)}, dir, opts_.timeout_s)[0];
+    // The binding unit and the CUDA unit at once (the CUDA unit's own phases in parallel too).
+    auto binding = std::async(std::launch::async, [&] { return run_parallel({cxx}, dir, opts_.timeout_s); });
+    std::vector<StepResult> r;
+    StepResult cuda_step;
+    if (cuda) cuda_step = run_nvcc(nvcc_cmd(true), dir, call.source_key(), opts_.timeout_s);
+    r = binding.get();
+    if (cuda) {
+      if (!cuda_step.status.ok() && !cuda_step.status.timed_out) {
+        // The light header was not enough for this source: the real headers decide.
+        cuda_step = run_nvcc(nvcc_cmd(false), dir, call.source_key(), opts_.timeout_s);
+      }
+      r.push_back(std::move(cuda_step));
     }
     for (const auto& step : r) {
       if (step.status.ok()) continue;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include "common/fs.h"
+#include "common/subprocess.h"
 #include "eval/extract.h"
+#include "eval/nvcc_phases.h"
 #include "test_util.h"
 
 using namespace mc::eval;
@@ -103,4 +105,44 @@ TEST(CompilePool, TrimCompilerLogKeepsErrors) {
   std::string t = trim_compiler_log(log);
   EXPECT_NE(t.find("identifier \"x\""), std::string::npos);
   EXPECT_LT(t.size(), 1000u);
+}
+
+// nvcc's phases run as planned from `nvcc --dryrun`, host and device side at once: the object
+// defines the same symbols as plain nvcc's.
+TEST(NvccPhases, PlannedPhasesBuildWhatPlainNvccBuilds) {
+  mc::TempDir dir;
+  mc::write_file_atomic(dir.path() / "cuda.cu",
+                        "__global__ void scale(float* x, float a) { x[threadIdx.x] *= a; }\n"
+                        "void launch(float* x) { scale<<<1, 32>>>(x, 2.f); }\n");
+  auto nvcc = [&](const std::string& out) {
+    return std::vector<std::string>{"nvcc", "-gencode=arch=compute_90,code=sm_90",
+                                    "--compiler-options", "-fPIC", "-c", "cuda.cu", "-o", out};
+  };
+  std::string why;
+  auto plan = mc::eval::plan_nvcc_phases(nvcc("phased.o"), dir.path().string(), "seed", &why);
+  ASSERT_TRUE(plan) << why;
+  auto bash = [&](const std::string& script) {
+    mc::SubprocessOptions o;
+    o.argv = {"/bin/bash", "-c", script};
+    o.cwd = dir.path().string();
+    return mc::run_command(o, 300000);
+  };
+  auto h = bash(plan->host_script);
+  auto d = bash(plan->device_script);
+  ASSERT_TRUE(h.status.ok()) << h.err;
+  ASSERT_TRUE(d.status.ok()) << d.err;
+  auto f = bash(plan->final_script);
+  ASSERT_TRUE(f.status.ok()) << f.err;
+  mc::SubprocessOptions plain;
+  plain.argv = nvcc("plain.o");
+  plain.cwd = dir.path().string();
+  ASSERT_TRUE(mc::run_command(plain, 300000).status.ok());
+  auto symbols = [&](const std::string& obj) {
+    mc::SubprocessOptions o;
+    o.argv = {"nm", "-g", "--defined-only", "-j", obj};
+    o.cwd = dir.path().string();
+    return mc::run_command(o, 60000).out;
+  };
+  EXPECT_FALSE(symbols("phased.o").empty());
+  EXPECT_EQ(symbols("phased.o"), symbols("plain.o"));
 }
