@@ -88,7 +88,8 @@ std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>
 // the plan is not the expected one, when a phase fails (so errors read as nvcc's own), or when
 // MUSACODER_NVCC_PHASES=0.
 StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir,
-                    const std::string& seed, double timeout_s) {
+                    const std::string& seed, double timeout_s, bool* phased = nullptr) {
+  if (phased) *phased = false;
   const char* env = getenv("MUSACODER_NVCC_PHASES");
   if (!(env && std::string(env) == "0")) {
     std::string why;
@@ -102,6 +103,7 @@ StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir
           fin[0].output = fronts[0].output + fronts[1].output + fin[0].output;
           std::error_code ec;
           fs::remove_all(fs::path(dir) / "nvcc-phases", ec);  // preprocessed sources: megabytes
+          if (phased) *phased = true;
           return fin[0];
         }
         why = "final phase: " + fin[0].output.substr(0, 2000);
@@ -271,7 +273,7 @@ CompilePool::Built CompilePool::build_cached(
     fs::remove_all(tmp);
     return b;
   }
-  nlohmann::json st = {{"ok", b.ok}, {"log", b.log}, {"seconds", b.seconds}};
+  nlohmann::json st = {{"ok", b.ok}, {"log", b.log}, {"seconds", b.seconds}, {"steps", b.steps}};
   write_file_atomic(tmp / "status.json", st.dump());
   fs::remove_all(dir);
   fs::rename(tmp, dir);
@@ -386,15 +388,31 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
       return nv;
     };
     // The binding unit and the CUDA unit at once (the CUDA unit's own phases in parallel too).
-    auto binding = std::async(std::launch::async, [&] { return run_parallel({cxx}, dir, opts_.timeout_s); });
+    double binding_s = 0;
+    auto binding = std::async(std::launch::async, [&] {
+      auto t = Clock::now();
+      auto out = run_parallel({cxx}, dir, opts_.timeout_s);
+      binding_s = since(t);
+      return out;
+    });
     std::vector<StepResult> r;
     StepResult cuda_step;
-    if (cuda) cuda_step = run_nvcc(nvcc_cmd(true), dir, call.source_key(), opts_.timeout_s);
+    if (cuda) {
+      auto t = Clock::now();
+      bool phased = false;
+      cuda_step = run_nvcc(nvcc_cmd(true), dir, call.source_key(), opts_.timeout_s, &phased);
+      b.steps["cuda_lite_s"] = since(t);
+      b.steps["cuda_phased"] = phased;
+    }
     r = binding.get();
+    b.steps["binding_s"] = binding_s;
+    b.steps["binding_pch"] = !pch.empty();
     if (cuda) {
       if (!cuda_step.status.ok() && !cuda_step.status.timed_out) {
         // The light header was not enough for this source: the real headers decide.
+        auto t = Clock::now();
         cuda_step = run_nvcc(nvcc_cmd(false), dir, call.source_key(), opts_.timeout_s);
+        b.steps["cuda_full_s"] = since(t);
       }
       r.push_back(std::move(cuda_step));
     }
@@ -417,7 +435,9 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     if (cuda) append(link, {"-lc10_cuda", "-ltorch_cuda", "-lcudart"});
     append(link, nonempty(call.extra_ldflags));
     append(link, {"-o", call.name + ".so"});
+    auto tl = Clock::now();
     auto l = run_parallel({link}, dir, opts_.timeout_s);
+    b.steps["link_s"] = since(tl);
     b.seconds = since(t0);
     b.ok = l[0].status.ok();
     if (!b.ok) b.log = trim_compiler_log(l[0].output);

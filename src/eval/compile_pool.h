@@ -20,6 +20,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
 #include <vector>
@@ -80,6 +81,7 @@ class CompilePool {
     bool ok = false, cached = false, infra = false;
     double seconds = 0;
     std::string so_path, log, error;
+    nlohmann::json steps = nlohmann::json::object();  // seconds per step, for diagnosis
   };
   Built build_native(const std::string& source);
   Built build_extension(const LoadInlineCall& call);
