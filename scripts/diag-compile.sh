@@ -23,8 +23,7 @@ for f in glob.glob(sys.argv[1] + "/cache/compile/*/status.json"):
           "  ".join(f"{k} {v:.1f}" if isinstance(v, float) else f"{k} {v}" for k, v in sorted(st.get("steps", {}).items())))
 PY
 }
-run first MUSACODER_NVCC_PHASES=0
-while [ ! -f "$work"/cache/pch/*/ok ]; do sleep 1; done 2>/dev/null
+run first MUSACODER_NVCC_PHASES=0  # its pool waits for the header on exit
 run plain MUSACODER_NVCC_PHASES=0
 run phased MUSACODER_NVCC_PHASES=debug
 run phased2 MUSACODER_NVCC_PHASES=debug
