@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,8 @@
 #include "common/check.h"
 #include "common/fs.h"
 #include "eval/candidates.h"
+#include "eval/compile_pool.h"
+#include "eval/toolchain.h"
 #include "eval/evaluator.h"
 #include "eval/extract.h"
 #include "eval/problem.h"
@@ -114,6 +117,24 @@ int cmd_baseline(RunOptions& o, bool with_compile) {
   return res["errors"].empty() ? 0 : 1;
 }
 
+// Builds the precompiled header a KernelBench-format compile uses, so that even the first
+// candidate compiled from this cache folder finds it.
+int cmd_prepare(const std::string& cache_dir) {
+  auto t0 = std::chrono::steady_clock::now();
+  CompilePoolOptions po;
+  po.workers = 1;
+  po.cache_dir = cache_dir;
+  CompilePool pool(discover_toolchain(), po);
+  std::string why = pool.prepare();
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!why.empty()) {
+    fmt::print(stderr, "musacoder prepare: precompiled header not built: {}\n", why);
+    return 1;
+  }
+  fmt::print("precompiled torch header ready in {} ({:.1f} s)\n", cache_dir, s);
+  return 0;
+}
+
 }  // namespace
 
 // `musacoder sandbox-exec --scratch DIR [--require-all] -- CMD...` (internal, used by the
@@ -188,6 +209,10 @@ int main(int argc, char** argv) {
   base->add_option("--out", base_opts.out, "KernelBench-schema JSON (default baseline_time_torch.json)");
   base->add_flag("--compile", base_compile, "also time torch.compile");
 
+  std::string prep_cache;
+  auto* prep = app.add_subcommand("prepare", "build this machine's toolchain artifacts (the precompiled torch header) once");
+  prep->add_option("--cache-dir", prep_cache, "cache folder to prepare")->envname("MUSACODER_CACHE_DIR");
+
   ServeCommands serve_cmds(app);
 
   try {
@@ -206,6 +231,7 @@ int main(int argc, char** argv) {
       return cmd_check(check_solution, check_precision, check_allow, check_json);
     }
     if (*base) return cmd_baseline(base_opts, base_compile);
+    if (*prep) return cmd_prepare(prep_cache.empty() ? default_cache_dir() : prep_cache);
   } catch (const std::exception& e) {
     fmt::print(stderr, "musacoder: error: {}\n", e.what());
     return 2;

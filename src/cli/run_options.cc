@@ -72,6 +72,7 @@ std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
   eo.progress = !o.no_progress;
   eo.skip_static = o.skip_static;
   eo.spares = o.spares;
+  eo.prepare_toolchain = o.prepare_toolchain;
   return std::make_unique<eval::Evaluator>(o.cfg, eo);
 }
 

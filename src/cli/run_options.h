@@ -24,7 +24,8 @@ struct RunOptions {
   bool no_sandbox = false;       // run candidates without sandbox-exec (debugging only)
   bool no_progress = false;
   bool skip_static = false;
-  int spares = 0;                // warm candidate processes per judge (0: default)      // test the run-time defenses alone (never for scoring)
+  int spares = 0;                // warm candidate processes per judge (0: default)
+  bool prepare_toolchain = false;  // start building the precompiled header at once      // test the run-time defenses alone (never for scoring)
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;
   eval::EvalConfig cfg;

@@ -102,6 +102,7 @@ struct ServeCommands::Impl {
     if (redis_url.empty()) {
       o.no_progress = true;
       o.cache_dir = cache;
+      o.prepare_toolchain = true;  // the first candidates should find the header ready
       auto ev = make_evaluator(o);
       backend = std::make_unique<serve::LocalBackend>(std::move(ev), cache, queue.max_depth, metrics);
     } else {

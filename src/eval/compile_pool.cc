@@ -162,6 +162,7 @@ CompilePool::~CompilePool() {
   }
   cv_.notify_all();
   for (auto& t : threads_) t.join();
+  if (prepare_thread_.joinable()) prepare_thread_.join();
   if (pch_thread_.joinable()) pch_thread_.join();  // a half-built header helps no later run
 }
 
@@ -305,12 +306,32 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
   });
 }
 
+std::string CompilePool::prepare() {
+  try {
+    tc_.load_torch_info();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  pch_if_ready();
+  while (!pch_done_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return pch_ready_.load() ? "" : (pch_error_.empty() ? "not built" : pch_error_);
+}
+
+void CompilePool::start_preparing() {
+  if (prepare_thread_.joinable()) return;
+  prepare_thread_ = std::thread([this] {
+    std::string why = prepare();
+    if (!why.empty()) fprintf(stderr, "compile pool: no precompiled header (%s)\n", why.substr(0, 300).c_str());
+  });
+}
+
 std::string CompilePool::pch_if_ready() {
   std::call_once(pch_once_, [&] {
     fs::path dir = fs::path(opts_.cache_dir) / "pch" / tc_.id();
     if (fs::exists(dir / "ok")) {  // built by an earlier run: use it from the first unit on
       pch_dir_ = dir.string();
       pch_ready_.store(true);
+      pch_done_.store(true);
       return;
     }
     pch_thread_ = std::thread([this] { build_pch(); });
@@ -319,6 +340,10 @@ std::string CompilePool::pch_if_ready() {
 }
 
 void CompilePool::build_pch() {
+  struct Done {
+    std::atomic<bool>& flag;
+    ~Done() { flag.store(true); }
+  } done{pch_done_};
   try {
     fs::path dir = fs::path(opts_.cache_dir) / "pch" / tc_.id();
     fs::create_directories(dir);

@@ -128,6 +128,7 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   po.cache_dir = impl_->opts.cache_dir;
   po.timeout_s = impl_->cfg.compile_timeout_s;
   impl_->pool = std::make_unique<CompilePool>(impl_->tc, po);
+  if (impl_->opts.prepare_toolchain) impl_->pool->start_preparing();
 }
 
 Evaluator::~Evaluator() {

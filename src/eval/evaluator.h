@@ -26,6 +26,7 @@ struct EvaluatorOptions {
   bool progress = true;
   bool skip_static = false;     // testing the run-time defenses alone (never for scoring)
   int spares = 0;               // warm candidate processes per judge (0: 1 on cpu, 6 on cuda)
+  bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
 };
 
 class Evaluator {

@@ -180,6 +180,7 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
     po.workers = 1;  // jobs are compiled on this thread (compile_now); the pool's own is idle
     po.cache_dir = sh.opts.cache_dir;
     pool = std::make_unique<eval::CompilePool>(sh.tc, po);
+    if (slot == 0) pool->start_preparing();  // the header is shared through the cache folder
   } else {
     make_runner();
   }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "eval/extract.h"
@@ -145,4 +147,13 @@ TEST(NvccPhases, PlannedPhasesBuildWhatPlainNvccBuilds) {
   };
   EXPECT_FALSE(symbols("phased.o").empty());
   EXPECT_EQ(symbols("phased.o"), symbols("plain.o"));
+}
+
+// `prepare` builds the precompiled header once; a later call finds it in the cache.
+TEST(CompilePool, PrepareBuildsThePrecompiledHeaderOnce) {
+  EXPECT_EQ(pool().prepare(), "");
+  CompilePool again(discover_toolchain("90"), CompilePoolOptions{1, mc::test::test_cache_dir(), 900});
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(again.prepare(), "");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 30.0);
 }
