@@ -36,6 +36,15 @@ bool Waiters::wait(const std::string& id, double timeout_s, const std::function<
   }
 }
 
+JobStatus Backend::wait(const std::string& id, double timeout_s) {
+  JobStatus st;
+  waiters_.wait(id, timeout_s, [&] {
+    st = status(id);
+    return st.state != JobStatus::State::kQueued;
+  });
+  return st;
+}
+
 // ---- LocalBackend ---------------------------------------------------------------------------
 
 LocalBackend::LocalBackend(std::unique_ptr<eval::Evaluator> ev, std::string cache_dir,
@@ -113,15 +122,6 @@ JobStatus LocalBackend::status(const std::string& id) {
   }
   if (auto r = stored_result(id)) return {JobStatus::State::kDone, *r};
   return {};
-}
-
-JobStatus LocalBackend::wait(const std::string& id, double timeout_s) {
-  JobStatus st;
-  waiters_.wait(id, timeout_s, [&] {
-    st = status(id);
-    return st.state != JobStatus::State::kQueued;
-  });
-  return st;
 }
 
 nlohmann::json LocalBackend::health() {
@@ -241,15 +241,6 @@ JobStatus RedisBackend::status(const std::string& id) {
   if (q.in_flight(id)) return {JobStatus::State::kQueued, {}};
   if (auto res = q.result(id)) return {JobStatus::State::kDone, *res};
   return {};
-}
-
-JobStatus RedisBackend::wait(const std::string& id, double timeout_s) {
-  JobStatus st;
-  waiters_.wait(id, timeout_s, [&] {
-    st = status(id);
-    return st.state != JobStatus::State::kQueued;
-  });
-  return st;
 }
 
 nlohmann::json RedisBackend::health() {

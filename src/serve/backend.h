@@ -32,18 +32,6 @@ enum class Admission {
   kFull,    // the queue is at its bound: try later
 };
 
-class Backend {
- public:
-  virtual ~Backend() = default;
-  virtual std::string mode() const = 0;
-  virtual Admission submit(const Job& job) = 0;
-  virtual JobStatus status(const std::string& id) = 0;
-  // Returns as soon as the job is done, or after timeout_s with its current status.
-  virtual JobStatus wait(const std::string& id, double timeout_s) = 0;
-  virtual nlohmann::json health() = 0;                   // {"ok": bool, ...}
-  virtual std::map<std::string, double> gauges() = 0;    // for /metrics
-};
-
 // Threads waiting for particular jobs. notify() wakes the waiters of one id; waiters also
 // re-check every 200 ms, so a missed notification costs latency, never a hang.
 class Waiters {
@@ -61,6 +49,21 @@ class Waiters {
   std::map<std::string, std::shared_ptr<Slot>> slots_;
 };
 
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string mode() const = 0;
+  virtual Admission submit(const Job& job) = 0;
+  virtual JobStatus status(const std::string& id) = 0;
+  // Returns as soon as the job is done, or after timeout_s with its current status.
+  JobStatus wait(const std::string& id, double timeout_s);
+  virtual nlohmann::json health() = 0;                   // {"ok": bool, ...}
+  virtual std::map<std::string, double> gauges() = 0;    // for /metrics
+
+ protected:
+  Waiters waiters_;  // implementations notify() when a job finishes
+};
+
 class LocalBackend : public Backend {
  public:
   LocalBackend(std::unique_ptr<eval::Evaluator> ev, std::string cache_dir, size_t max_queue,
@@ -69,7 +72,6 @@ class LocalBackend : public Backend {
   std::string mode() const override { return "embedded"; }
   Admission submit(const Job& job) override;
   JobStatus status(const std::string& id) override;
-  JobStatus wait(const std::string& id, double timeout_s) override;
   nlohmann::json health() override;
   std::map<std::string, double> gauges() override;
 
@@ -80,7 +82,6 @@ class LocalBackend : public Backend {
   std::string cache_dir_;
   size_t max_queue_;
   Metrics& metrics_;
-  Waiters waiters_;
   std::mutex mu_;
   struct Entry {
     bool done = false;
@@ -98,7 +99,6 @@ class RedisBackend : public Backend {
   std::string mode() const override { return "redis"; }
   Admission submit(const Job& job) override;
   JobStatus status(const std::string& id) override;
-  JobStatus wait(const std::string& id, double timeout_s) override;
   nlohmann::json health() override;
   std::map<std::string, double> gauges() override;
 
@@ -107,7 +107,6 @@ class RedisBackend : public Backend {
   RedisPool pool_;
   QueueOptions qopts_;
   Metrics& metrics_;
-  Waiters waiters_;
   std::mutex mu_;
   std::map<std::string, double> submitted_at_;  // jobs this server queued, until their result
   std::atomic<bool> stop_{false};
