@@ -85,6 +85,7 @@ struct ServeCommands::Impl {
 
   serve::ClientOptions copts;
   std::string verify_problems, verify_solutions, verify_out, verify_token_file;
+  bool verify_send_source = false;
   int verify_level = 0;
 
   int run_serve() {
@@ -158,9 +159,13 @@ struct ServeCommands::Impl {
         continue;
       }
       serve::VerifyItem it;
-      it.problem_source = c.problem->source;
-      it.problem_name = c.problem->stem;
-      it.level = c.problem->level;
+      if (verify_send_source) {  // for a server without this problem folder
+        it.problem_source = c.problem->source;
+        it.problem_name = c.problem->stem;
+        it.level = c.problem->level;
+      } else {
+        it.problem = c.problem->key;
+      }
       it.answer = c.answer;
       it.sample_id = c.sample_id;
       items.push_back(it);
@@ -201,6 +206,8 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--max-batch", m.server.max_batch, "candidates per request")->capture_default_str();
   s->add_option("--http-threads", m.server.threads, "request threads")->capture_default_str();
   s->add_option("--gpu-kind", m.gpu_kind, "GPU name in job ids (default: detected)");
+  s->add_flag("--allow-inline-problems", m.server.allow_inline_problems,
+              "accept problem sources in requests (they run unsandboxed in the judge: trusted clients only)");
   s->add_option("--compile-workers", m.serve_run.compile_workers, "compile pool size (0: cores/2)");
   s->add_option("--trials", m.serve_run.cfg.trials, "correctness trials")->capture_default_str();
   s->add_option("--allow", m.serve_run.allow, "relax a legality rule (cublas, cudnn, ...)");
@@ -238,6 +245,8 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   v->add_option("--out", m.verify_out, "JSONL results");
   v->add_option("--concurrency", m.copts.concurrency, "requests in flight")->capture_default_str();
   v->add_option("--batch", m.copts.batch, "candidates per request")->capture_default_str();
+  v->add_flag("--send-problem-source", m.verify_send_source,
+              "send each problem's source (the server needs --allow-inline-problems)");
 }
 
 ServeCommands::~ServeCommands() = default;

@@ -134,6 +134,10 @@ struct HttpServer::Impl {
       else throw where("'sample_id' must be a string or an integer");
     }
     if (c.contains("problem_source")) {
+      if (!opts.allow_inline_problems)
+        throw HttpError{403, fmt::format("candidate {}: this server takes problems by key only (problem "
+                                         "sources run unsandboxed in the judge; the operator "
+                                         "enables them with --allow-inline-problems)", index)};
       if (!c["problem_source"].is_string()) throw where("'problem_source' must be a string");
       std::string name = c.value("problem_name", std::string("problem"));
       int level = c.contains("level") && c["level"].is_number_integer() ? c["level"].get<int>() : 0;

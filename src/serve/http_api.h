@@ -34,6 +34,9 @@ struct ServerOptions {
   double max_wait_s = 600;
   int threads = 64;
   int retry_after_s = 5;                 // what a 429 asks the client to wait
+  // Problems sent as source are imported by the judge, the trusted process that holds the
+  // reference: unsandboxed code. Off unless the operator trusts every client with a token.
+  bool allow_inline_problems = false;
 };
 
 // Problems a client may name ("L1/19_ReLU", or the stem "19_ReLU" when unique).

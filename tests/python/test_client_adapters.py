@@ -33,7 +33,7 @@ def start_server(tmp, *args, device="cpu"):
 def server(tmp_path_factory):
     if not os.path.exists(BINARY):
         pytest.skip(f"{BINARY} not built (scripts/build.sh)")
-    p, url = start_server(tmp_path_factory.mktemp("serve"), "--compile-only")
+    p, url = start_server(tmp_path_factory.mktemp("serve"), "--compile-only", "--allow-inline-problems")
     yield url
     p.terminate()
     p.wait(10)

@@ -49,7 +49,7 @@ TEST(HttpApi, RejectsBadRequestsClearlyAndStaysUp) {
   mc::TempDir dir;
   test::ServeProc srv({"--device", "cpu", "--compile-only", "--cache-dir",
                        (dir.path() / "cache").string(), "--token-file",
-                       token_file(dir.path()), "--max-body-mb", "1"},
+                       token_file(dir.path()), "--max-body-mb", "1", "--allow-inline-problems"},
                       dir.path().string());
   httplib::Client cli(srv.url());
   cli.set_read_timeout(60, 0);
@@ -142,6 +142,13 @@ TEST(HttpApi, FullQueueAnswers429WithRetryAfter) {
   EXPECT_EQ(r->status, 429);
   EXPECT_TRUE(r->has_header("Retry-After"));
   EXPECT_NE(body_of(r).value("error", "").find("queue is full"), std::string::npos);
+  // Problem sources are refused unless the operator allowed them: they would run in the judge.
+  r = cli.Post("/v1/verify", nlohmann::json{{"problem_source", read_file(test::cases_dir() + "/problems/1_Add.py")},
+                                            {"problem_name", "1_Add"}, {"answer", "x"}}.dump(),
+               "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(body_of(r).value("error", "").find("--allow-inline-problems"), std::string::npos);
   // Resubmitting an accepted job is not refused: it is the same job.
   r = cli.Post("/v1/verify", nlohmann::json{{"problem", "1_Add"}, {"answer", test::slow_native_source(6, "q0")}}.dump(),
                "application/json");
@@ -160,7 +167,8 @@ TEST(HttpApi, FullQueueAnswers429WithRetryAfter) {
 TEST(HttpApi, CppClientVerifiesABatch) {
   mc::TempDir dir;
   test::ServeProc srv({"--device", "cpu", "--compile-only", "--cache-dir",
-                       (dir.path() / "cache").string(), "--token-file", token_file(dir.path())},
+                       (dir.path() / "cache").string(), "--token-file", token_file(dir.path()),
+                       "--allow-inline-problems"},
                       dir.path().string());
   ClientOptions co;
   co.url = srv.url();
