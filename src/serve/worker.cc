@@ -67,6 +67,9 @@ struct Shared {
   InFlight inflight;
   std::atomic<long long> completed{0}, busy{0};
   eval::Toolchain tc;
+  // Compile role: one pool for every slot, so torch's build facts are read once and the
+  // precompiled header built once (a pool per thread ran `import torch` eight times at start).
+  std::unique_ptr<eval::CompilePool> pool;
 };
 
 // The modules of a compile outcome as Redis artifacts: {source_key, module_name, artifact, so_name}.
@@ -161,7 +164,6 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
 void work_loop(Shared& sh, QueueStage stage, int slot) {
   Redis redis(parse_redis_url(sh.opts.redis_url));
   RedisQueue q(redis, sh.opts.queue);
-  std::unique_ptr<eval::CompilePool> pool;
   std::unique_ptr<eval::GpuRunner> runner;
   auto make_runner = [&] {
     eval::ExecutorOptions e;
@@ -175,15 +177,7 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
     e.spares = eval::default_spares(sh.opts.device, 0);
     runner = std::make_unique<eval::GpuRunner>(e);
   };
-  if (stage == QueueStage::kCompile) {
-    eval::CompilePoolOptions po;
-    po.workers = 1;  // jobs are compiled on this thread (compile_now); the pool's own is idle
-    po.cache_dir = sh.opts.cache_dir;
-    pool = std::make_unique<eval::CompilePool>(sh.tc, po);
-    if (slot == 0) pool->start_preparing();  // the header is shared through the cache folder
-  } else {
-    make_runner();
-  }
+  if (stage == QueueStage::kGpu) make_runner();
   while (!sh.stop.load()) {
     std::optional<Delivery> d;
     try {
@@ -200,7 +194,7 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
       if (d->job.is_null() || !d->job.is_object()) {
         q.dead_letter(*d, "unreadable job entry");
       } else if (stage == QueueStage::kCompile) {
-        handle_compile(sh, q, *pool, *d);
+        handle_compile(sh, q, *sh.pool, *d);
       } else {
         handle_gpu(sh, q, *runner, *d);
       }
@@ -270,6 +264,13 @@ long long run_worker(const WorkerOptions& opts, const std::atomic<bool>& stop) {
     RedisQueue(redis, opts.queue).ensure_groups();
   }
   QueueStage stage = opts.role == "compile" ? QueueStage::kCompile : QueueStage::kGpu;
+  if (stage == QueueStage::kCompile) {
+    eval::CompilePoolOptions po;
+    po.workers = 1;  // jobs compile on the slots' own threads (compile_now)
+    po.cache_dir = opts.cache_dir;
+    sh.pool = std::make_unique<eval::CompilePool>(sh.tc, po);
+    sh.pool->start_preparing();
+  }
   int slots = stage == QueueStage::kGpu
                   ? static_cast<int>(opts.gpus.size())
                   : (opts.threads > 0 ? opts.threads
