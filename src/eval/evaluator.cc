@@ -51,16 +51,8 @@ struct Evaluator::Impl {
   std::vector<std::thread> gpu_threads;
 
   ExecutorOptions executor_options(int gpu) const {
-    ExecutorOptions e;
-    e.device = opts.device;
-    e.gpu = gpu;
-    e.python = tc.python;
-    e.harness_dir = tc.harness_dir;
-    e.cache_dir = opts.cache_dir;
-    e.scratch_dir = (fs::path(opts.scratch_dir) / ("gpu" + std::to_string(gpu))).string();
-    if (opts.sandbox) e.sandbox_exe = opts.sandbox_exe;
-    e.spares = default_spares(opts.device, opts.spares);
-    return e;
+    return judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir,
+                         opts.sandbox ? opts.sandbox_exe : "", opts.spares);
   }
 
   void finish(Item& it) {

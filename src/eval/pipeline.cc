@@ -90,6 +90,21 @@ void finalize_result(EvalResult& r, const EvalConfig& cfg) {
   r.feedback = make_feedback(r);
 }
 
+ExecutorOptions judge_options(const Toolchain& tc, const std::string& device, int gpu,
+                              const std::string& cache_dir, const std::string& scratch_root,
+                              const std::string& sandbox_exe, int spares) {
+  ExecutorOptions e;
+  e.device = device;
+  e.gpu = gpu;
+  e.python = tc.python;
+  e.harness_dir = tc.harness_dir;
+  e.cache_dir = cache_dir;
+  e.scratch_dir = (fs::path(scratch_root) / ("gpu" + std::to_string(gpu))).string();
+  e.sandbox_exe = sandbox_exe;
+  e.spares = default_spares(device, spares);
+  return e;
+}
+
 GpuRunner::GpuRunner(ExecutorOptions opts) : opts_(std::move(opts)) {}
 
 GpuRunner::~GpuRunner() = default;

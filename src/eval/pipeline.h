@@ -14,6 +14,7 @@
 #include "eval/executor.h"
 #include "eval/extract.h"
 #include "eval/result.h"
+#include "eval/toolchain.h"
 
 namespace mc::eval {
 
@@ -33,6 +34,12 @@ bool apply_compile(EvalResult& r, const CompileOutcome& co, const EvalConfig& cf
 
 // Stage, reward and feedback from the verdict.
 void finalize_result(EvalResult& r, const EvalConfig& cfg);
+
+// The judge settings for one GPU, the same for `musacoder eval` and for GPU workers.
+// `sandbox_exe` empty: candidates run unsandboxed (debugging only); `spares` 0: the default.
+ExecutorOptions judge_options(const Toolchain& tc, const std::string& device, int gpu,
+                              const std::string& cache_dir, const std::string& scratch_root,
+                              const std::string& sandbox_exe, int spares);
 
 // Stages 4-7 on one GPU: owns that GPU's judge (started on first use, restarted after a
 // crash). Infra failures are retried once; after three in a row the GPU is considered lost and

@@ -243,19 +243,35 @@ JobStatus RedisBackend::status(const std::string& id) {
   return {};
 }
 
+namespace {
+
+// Workers whose last heartbeat is recent enough that their jobs are not reclaimed, by role.
+struct Fleet {
+  double alive = 0, slots = 0, busy = 0;
+};
+std::map<std::string, Fleet> live_workers(RedisQueue& q) {
+  std::map<std::string, Fleet> out = {{"compile", {}}, {"gpu", {}}};
+  double now = unix_now();
+  nlohmann::json workers = q.workers();  // named: items() must not outlive it
+  for (auto& [name, w] : workers.items()) {
+    if (!w.is_object() || now - w.value("ts", 0.0) > q.options().claim_idle_ms / 1000.0) continue;
+    Fleet& f = out[w.value("role", "") == "gpu" ? "gpu" : "compile"];
+    f.alive += 1;
+    f.slots += w.value("slots", 0);
+    f.busy += w.value("busy", 0);
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json RedisBackend::health() {
   try {
     auto r = pool_.acquire();
     RedisQueue q(*r, qopts_);
-    nlohmann::json workers = q.workers();
-    int alive_compile = 0, alive_gpu = 0;
-    double now = unix_now();
-    for (auto& [name, w] : workers.items()) {
-      if (!w.is_object() || now - w.value("ts", 0.0) > qopts_.claim_idle_ms / 1000.0) continue;
-      (w.value("role", "") == "gpu" ? alive_gpu : alive_compile)++;
-    }
-    return {{"ok", true}, {"redis", "ok"}, {"compile_workers", alive_compile},
-            {"gpu_workers", alive_gpu}, {"queue_depth", q.depth()}};
+    auto fleet = live_workers(q);
+    return {{"ok", true}, {"redis", "ok"}, {"compile_workers", static_cast<int>(fleet["compile"].alive)},
+            {"gpu_workers", static_cast<int>(fleet["gpu"].alive)}, {"queue_depth", q.depth()}};
   } catch (const std::exception& e) {
     return {{"ok", false}, {"redis", e.what()}};
   }
@@ -268,20 +284,10 @@ std::map<std::string, double> RedisBackend::gauges() {
     RedisQueue q(*r, qopts_);
     g["mooreeval_queue_depth"] = static_cast<double>(q.depth());
     g["mooreeval_queue_capacity"] = static_cast<double>(qopts_.max_depth);
-    double slots[2] = {0, 0}, busy[2] = {0, 0}, alive[2] = {0, 0};
-    double now = unix_now();
-    nlohmann::json workers = q.workers();  // named: items() must not outlive it
-    for (auto& [name, w] : workers.items()) {
-      if (!w.is_object() || now - w.value("ts", 0.0) > qopts_.claim_idle_ms / 1000.0) continue;
-      int k = w.value("role", "") == "gpu" ? 1 : 0;
-      alive[k] += 1;
-      slots[k] += w.value("slots", 0);
-      busy[k] += w.value("busy", 0);
+    for (auto& [role, f] : live_workers(q)) {
+      g["mooreeval_" + role + "_workers_alive"] = f.alive;
+      g["mooreeval_" + role + "_pool_utilization"] = f.slots ? f.busy / f.slots : 0;
     }
-    g["mooreeval_compile_workers_alive"] = alive[0];
-    g["mooreeval_gpu_workers_alive"] = alive[1];
-    g["mooreeval_compile_pool_utilization"] = slots[0] ? busy[0] / slots[0] : 0;
-    g["mooreeval_gpu_pool_utilization"] = slots[1] ? busy[1] / slots[1] : 0;
     g["mooreeval_redis_up"] = 1;
   } catch (const std::exception&) {
     g["mooreeval_redis_up"] = 0;

@@ -87,15 +87,20 @@ nlohmann::json upload_modules(RedisQueue& q, const CompileOutcome& co) {
   return mods;
 }
 
+// A final verdict: reward and feedback, end-to-end time, stored once.
+void store_result(RedisQueue& q, const Delivery& d, const Job& job, EvalResult& r) {
+  eval::finalize_result(r, job.config);
+  r.wall_s = unix_now() - job.submitted_at;  // submission to result, queueing included
+  q.finish(d, result_row(job, r), false);
+}
+
 void handle_compile(Shared& sh, RedisQueue& q, eval::CompilePool& pool, const Delivery& d) {
   Job job = parse_job(d, sh.opts.cache_dir);
   eval::Candidate cand = to_candidate(job);
   eval::PreparedCandidate prep = eval::prepare_candidate(cand, job.config, false);
   EvalResult& r = prep.result;
   if (prep.done) {
-    eval::finalize_result(r, job.config);
-    r.wall_s = unix_now() - job.submitted_at;  // submission to result, queueing included
-    q.finish(d, result_row(job, r), false);
+    store_result(q, d, job, r);
     return;
   }
   nlohmann::json compiled = {{"modules", nlohmann::json::array()},
@@ -107,9 +112,7 @@ void handle_compile(Shared& sh, RedisQueue& q, eval::CompilePool& pool, const De
     if (co.status == CompileOutcome::Status::kInfraError)
       throw Error("compile infrastructure: " + co.error);  // not the candidate's fault: retried
     if (!eval::apply_compile(r, co, job.config)) {
-      eval::finalize_result(r, job.config);
-      r.wall_s = unix_now() - job.submitted_at;
-      q.finish(d, result_row(job, r), false);
+      store_result(q, d, job, r);
       return;
     }
     compiled["modules"] = upload_modules(q, co);
@@ -155,9 +158,7 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
     runner.execute(cand, prep, co, job.config, r);
     if (r.is_infra()) throw Error("GPU " + std::to_string(runner.gpu()) + ": " + r.infra_error);
   }
-  eval::finalize_result(r, job.config);
-  r.wall_s = unix_now() - job.submitted_at;
-  q.finish(d, result_row(job, r), false);
+  store_result(q, d, job, r);
 }
 
 // One loop per compile slot or GPU.
@@ -166,16 +167,10 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
   RedisQueue q(redis, sh.opts.queue);
   std::unique_ptr<eval::GpuRunner> runner;
   auto make_runner = [&] {
-    eval::ExecutorOptions e;
-    e.device = sh.opts.device;
-    e.gpu = sh.opts.gpus.at(static_cast<size_t>(slot));
-    e.python = sh.tc.python;
-    e.harness_dir = sh.tc.harness_dir;
-    e.cache_dir = sh.opts.cache_dir;
-    e.scratch_dir = (fs::path(sh.opts.cache_dir) / "scratch" / ("gpu" + std::to_string(e.gpu))).string();
-    if (sh.opts.sandbox) e.sandbox_exe = sh.opts.sandbox_exe;
-    e.spares = eval::default_spares(sh.opts.device, 0);
-    runner = std::make_unique<eval::GpuRunner>(e);
+    runner = std::make_unique<eval::GpuRunner>(eval::judge_options(
+        sh.tc, sh.opts.device, sh.opts.gpus.at(static_cast<size_t>(slot)), sh.opts.cache_dir,
+        (fs::path(sh.opts.cache_dir) / "scratch").string(),
+        sh.opts.sandbox ? sh.opts.sandbox_exe : "", 0));
   };
   if (stage == QueueStage::kGpu) make_runner();
   while (!sh.stop.load()) {
@@ -257,7 +252,7 @@ long long run_worker(const WorkerOptions& opts, const std::atomic<bool>& stop) {
   MC_CHECK(!opts.cache_dir.empty(), "worker needs a cache folder");
   MC_CHECK(opts.heartbeat_s > 0 && opts.heartbeat_s * 1000 < opts.queue.claim_idle_ms,
            "heartbeat interval must be shorter than the claim idle time");
-  Shared sh{opts, opts.name.empty() ? default_worker_name(opts.role) : opts.name, stop, {}, {}, {}, {}};
+  Shared sh{opts, opts.name.empty() ? default_worker_name(opts.role) : opts.name, stop, {}, {}, {}, {}, {}};
   sh.tc = eval::discover_toolchain(opts.cuda_arch);
   {
     Redis redis(parse_redis_url(opts.redis_url));
