@@ -9,7 +9,7 @@ set -euo pipefail
 # redis-server: the service tests start a real one on loopback (the service itself needs
 # Redis only in distributed mode).
 APT_PKGS=(cmake ninja-build g++ ccache pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
-          libgtest-dev libseccomp-dev libssl-dev libhiredis-dev libcpp-httplib-dev redis-server)
+          libgtest-dev libseccomp-dev libssl-dev libhiredis-dev libcpp-httplib-dev libtomlplusplus-dev redis-server)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -222,7 +222,7 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   w->add_option("--gpus", m.worker_gpus, "GPU indices (gpu role)")->capture_default_str();
   w->add_option("--device", m.wopts.device, "cuda, or cpu (tests)")->capture_default_str()
       ->check(CLI::IsMember({"cuda", "cpu"}));
-  w->add_option("--threads", m.wopts.threads, "compile jobs at once (0: cores/2)");
+  w->add_option("--threads", m.wopts.threads, "distinct builds at once (0: cores/2); twice as many jobs are taken");
   w->add_option("--name", m.wopts.name, "consumer name (default host-role-pid)");
   w->add_option("--cache-dir", m.wopts.cache_dir, "compile cache, artifacts")->envname("MUSACODER_CACHE_DIR");
   w->add_option("--cuda-arch", m.wopts.cuda_arch, "compute capability without the dot")

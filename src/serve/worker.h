@@ -21,7 +21,7 @@ struct WorkerOptions {
   QueueOptions queue;
   std::string role = "compile";   // compile | gpu
   std::string name;               // consumer name ("" : host-pid)
-  int threads = 0;                // compile: jobs at once (0: cores/2); gpu: one per GPU
+  int threads = 0;                // compile: distinct builds at once (0: cores/2); gpu: one per GPU
   std::vector<int> gpus = {0};
   std::string device = "cuda";    // gpu role: cuda, or cpu (judges on the CPU, for tests)
   std::string cache_dir;
