@@ -2,13 +2,13 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite bench service" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite bench service synth" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite bench service"}
+STAGES=${STAGES:-"env suite bench service synth"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device/musacoder ]; then BIN=$PWD/build-device/musacoder
@@ -48,6 +48,15 @@ for stage in $STAGES; do
       fi
       REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
+    synth)
+      # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
+      # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).
+      dc=""; [ -d .kb/bench/KernelBench ] && dc="--decontaminate .kb/bench/KernelBench"
+      # shellcheck disable=SC2086
+      "$BIN" synth --out "$OUT/synth" ${SYNTH_ARGS:---count 150 --seed 1 --formats native} $dc --no-progress \
+        > "$OUT/synth.log" 2>&1 || rc=1
+      tail -60 "$OUT/synth.log"
+      tar czf "$OUT/synth.tgz" -C "$OUT" synth && rm -rf "$OUT/synth" ;;
   esac
 done
 exit $rc

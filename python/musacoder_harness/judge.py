@@ -407,6 +407,58 @@ class Judge:
                 out["compile_error"] = f"{type(e).__name__}: {e}"[:500]
         return out
 
+    def probe(self, req):
+        """Validity of a synthesized problem (musacoder synth): it runs, is deterministic, its
+        output is finite, not degenerate, varies with the seed and along every axis; and its
+        eager time on this device."""
+        from .compare import degenerate, flatten_outputs
+        from .inputs import make_inputs
+        torch = self.torch
+        f32 = torch.float32
+        seed = int(req.get("seed", 42))
+        out = {"runs": False}
+        try:
+            prob = self.problem(req["problem_path"])
+            with torch.no_grad():
+                def run(s, variant="native"):
+                    model, _ = self.reference_model(prob, s, f32)
+                    return model, flatten_outputs(model(*make_inputs(prob, s, variant, self.device, f32)))
+                model, a = run(seed)
+                _, b = run(seed)
+                _, c = run(seed + 1)
+                _, signed = run(seed, "signed")
+        except Exception as e:  # the problem itself fails: a verdict on the problem, not infra
+            out["error"] = f"{type(e).__name__}: {e}"[:1000]
+            return out
+        out["runs"] = True
+        out["outputs"] = [{"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")} for t in a]
+
+        def same(x, y, rtol, atol):
+            if x.is_floating_point():
+                return bool(torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+            return bool(torch.equal(x, y))
+        out["finite"] = all(bool(torch.isfinite(t).all()) for t in a if t.is_floating_point())
+        out["finite_signed"] = all(bool(torch.isfinite(t).all()) for t in signed if t.is_floating_point())
+        out["deterministic"] = all(same(x, y, 1e-6, 1e-7) for x, y in zip(a, b))
+        out["varies_with_seed"] = any(not same(x, y, 1e-3, 1e-5) for x, y in zip(a, c))
+        out["degenerate"] = bool(degenerate(a))
+        constant_axes = []
+        for i, t in enumerate(a):
+            t64 = t.double()
+            scale = float(t64.abs().max()) if t64.numel() else 0.0
+            for ax in range(t.dim()):
+                if t.shape[ax] < 2:
+                    continue
+                spread = (t64.amax(dim=ax) - t64.amin(dim=ax)).abs().max()
+                if float(spread) <= 1e-6 * max(scale, 1e-30):
+                    constant_axes.append([i, ax])
+        out["constant_axes"] = constant_axes
+        if req.get("timing", True) and out["finite"]:
+            sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, f32)
+                    for i in range(int(req.get("timing_input_sets", 2)))]
+            out["eager"] = self.reference_time(req, prob, model, sets)
+        return out
+
     def health_check(self):
         """After a candidate crash: is the GPU still usable by a fresh context (ours)?"""
         torch = self.torch
@@ -459,6 +511,8 @@ def main():
                 reply = {"id": rid, "ok": True, "result": res}
             elif op == "baseline":
                 reply = {"id": rid, "ok": True, "result": judge.baseline(req)}
+            elif op == "probe":
+                reply = {"id": rid, "ok": True, "result": judge.probe(req)}
             elif op == "health":
                 judge.health_check()
                 reply = {"id": rid, "ok": True}

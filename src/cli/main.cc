@@ -24,6 +24,7 @@
 #include "eval/summary.h"
 #include "cli/run_options.h"
 #include "cli/serve_commands.h"
+#include "cli/synth_command.h"
 
 namespace {
 
@@ -214,6 +215,7 @@ int main(int argc, char** argv) {
   prep->add_option("--cache-dir", prep_cache, "cache folder to prepare")->envname("MUSACODER_CACHE_DIR");
 
   ServeCommands serve_cmds(app);
+  SynthCommand synth_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -222,6 +224,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (auto rc = serve_cmds.run()) return *rc;
+    if (auto rc = synth_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {

@@ -59,7 +59,7 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
       ->envname("MUSACODER_CUDA_ARCH");
 }
 
-std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
+eval::EvaluatorOptions evaluator_options(RunOptions& o) {
   for (const auto& a : o.allow) o.cfg.allow.insert(a);
   eval::EvaluatorOptions eo;
   eo.gpus = parse_gpus(o.gpus);
@@ -73,6 +73,11 @@ std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
   eo.skip_static = o.skip_static;
   eo.spares = o.spares;
   eo.prepare_toolchain = o.prepare_toolchain;
+  return eo;
+}
+
+std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o) {
+  auto eo = evaluator_options(o);
   return std::make_unique<eval::Evaluator>(o.cfg, eo);
 }
 

@@ -25,7 +25,7 @@ struct RunOptions {
   bool no_progress = false;
   bool skip_static = false;
   int spares = 0;                // warm candidate processes per judge (0: default)
-  bool prepare_toolchain = false;  // start building the precompiled header at once      // test the run-time defenses alone (never for scoring)
+  bool prepare_toolchain = false;  // start building the precompiled header at once
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;
   eval::EvalConfig cfg;
@@ -36,6 +36,7 @@ std::vector<int> parse_gpus(const std::string& s);
 std::string self_exe();
 // --problems is required unless `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
+eval::EvaluatorOptions evaluator_options(RunOptions& o);
 std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o);
 
 }  // namespace mc::cli

@@ -187,6 +187,43 @@ std::vector<EvalResult> Evaluator::run(const std::vector<Candidate>& candidates,
   return results;
 }
 
+std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& problems, double timing_budget_s,
+                                            const std::function<void(size_t)>& on_done) {
+  Impl& m = *impl_;
+  std::vector<nlohmann::json> out(problems.size());
+  std::atomic<size_t> next{0};
+  std::mutex done_mu;
+  auto worker = [&](int gpu) {
+    ExecutorOptions eo = m.executor_options(gpu);
+    eo.spares = 0;  // probes run no candidates
+    Executor exec(eo);
+    for (size_t i; (i = next.fetch_add(1)) < problems.size();) {
+      nlohmann::json req = {{"op", "probe"},
+                            {"problem_path", problems[i]->path},
+                            {"seed", m.cfg.seed},
+                            {"timing", m.cfg.timing},
+                            {"timing_budget_s", timing_budget_s},
+                            {"timing_target_rel_err", 0.02},
+                            {"timing_input_sets", 2}};
+      try {
+        auto reply = exec.call(req, 300);
+        out[i] = reply.value("ok", false) ? reply["result"]
+                                          : nlohmann::json{{"infra_error", reply.value("infra_error", std::string("?"))}};
+      } catch (const std::exception& e) {
+        out[i] = {{"infra_error", e.what()}};
+      }
+      if (on_done) {
+        std::lock_guard lk(done_mu);
+        on_done(i);
+      }
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int gpu : m.opts.gpus) threads.emplace_back(worker, gpu);
+  for (auto& t : threads) t.join();
+  return out;
+}
+
 nlohmann::json Evaluator::baseline(const std::vector<ProblemPtr>& problems, bool with_compile) {
   Impl& m = *impl_;
   Executor exec(m.executor_options(m.opts.gpus.at(0)));

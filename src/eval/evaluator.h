@@ -54,6 +54,13 @@ class Evaluator {
   Stats stats() const;
   const EvalConfig& config() const;
 
+  // Validity facts of problems (data synthesis): runs, determinism, finiteness, degeneracy,
+  // variation with the seed and along each axis, eager time. One judge per GPU, problems spread
+  // across them; `on_done` is called once per problem (any thread, one at a time). A reply is
+  // the judge's result, or {"infra_error": why}.
+  std::vector<nlohmann::json> probe(const std::vector<ProblemPtr>& problems, double timing_budget_s,
+                                    const std::function<void(size_t)>& on_done = {});
+
   // Reference timings (eager, optionally torch.compile) for KernelBench's baseline JSON.
   nlohmann::json baseline(const std::vector<ProblemPtr>& problems, bool with_compile);
 

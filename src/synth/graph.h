@@ -1,0 +1,70 @@
+// A synthesized problem as a typed op graph: graph inputs (what get_inputs() returns), nodes in
+// topological order (each one op of the library applied to earlier values), one output. The
+// same graph is lowered to a KernelBench problem file (python_emitter) and to CUDA solutions
+// (teacher), so both always describe one computation.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mc::synth {
+
+using Shape = std::vector<int64_t>;
+int64_t numel(const Shape& s);
+std::string shape_str(const Shape& s);  // "[128, 4096]"
+
+enum class DType { kF32, kI64 };
+
+struct TensorType {
+  Shape shape;
+  DType dtype = DType::kF32;
+  bool operator==(const TensorType&) const = default;
+};
+
+// A state_dict entry a node owns (nn module parameters and buffers, or an nn.Parameter).
+struct StateTensor {
+  std::string suffix;  // "weight", "bias", "running_mean", ...; "" for a bare nn.Parameter
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
+struct GraphInput {
+  std::string name;  // python argument name of forward()
+  TensorType type;
+  int64_t int_high = 0;  // integer inputs: torch.randint(0, int_high, shape)
+  std::string init;      // float inputs: "rand" (KernelBench's [0,1)), "randn", "softmax"
+};
+
+struct Node {
+  std::string op;          // op library name
+  std::vector<int> args;   // value ids
+  nlohmann::json p = nlohmann::json::object();  // op parameters (dim, kernel, stride, ...)
+  std::string attr;        // python attribute of its module / parameter ("" when functional)
+  int out = -1;            // value id
+};
+
+struct Graph {
+  std::vector<TensorType> values;  // inputs first, then one per node
+  std::vector<GraphInput> inputs;
+  std::vector<Node> nodes;
+  int output = -1;
+  int level = 1;
+
+  int add_input(GraphInput in);
+  // Infers the node's output type through the op library (throws mc::Error when invalid),
+  // names its module attribute, and returns the new value id.
+  int add_node(Node n);
+  // Ops in order, e.g. "Conv2d_ReLU_BiasAdd" (KernelBench's naming).
+  std::string title() const;
+  std::vector<std::string> families() const;
+  // state_dict entries in registration order, with their owners: (node index, entry).
+  std::vector<std::pair<int, StateTensor>> state() const;
+  // How many nodes read each value.
+  std::vector<int> uses() const;
+  nlohmann::json to_json() const;
+};
+
+}  // namespace mc::synth

@@ -1,0 +1,35 @@
+// Shared pieces of the teacher's kernels. Row-wise kernels (reductions, scans, softmax, norms,
+// losses) run one thread block per "row" of elements reduced together, with the block
+// reductions of the prelude every teacher source starts with (teacher_prelude()). Gather-style
+// kernels (convolution, pooling, indexing, layout) run one thread per output element.
+#pragma once
+
+#include <string>
+
+#include "synth/op_library.h"
+
+namespace mc::synth {
+
+// Elements of a row: rows x len, and the input offset of element r of row `row`.
+struct RowIdx {
+  int64_t rows = 1, len = 1;
+  // C++ expression of the element offset, from the names of the row and element variables.
+  std::function<std::string(const std::string& row, const std::string& r)> at;
+};
+
+// Reduce the dims [d0, d1) of `shape` (the others index the rows, in order).
+RowIdx row_idx(const Shape& shape, int d0, int d1);
+// Per-channel rows of an [N, C, ...] tensor: every element of channel c (batch norm).
+RowIdx channel_rows(const Shape& shape);
+
+int row_block(int64_t len);
+
+// One thread per output element (grid-stride): `body` reads the coordinates c0, c1, ... of
+// output element `o` and ends with STORE(o, value).
+Kernel gather_kernel(const Shape& out, const std::string& body);  // threads per row block: a power of two in [32, 512]
+
+// Device helpers every teacher source includes: warp/block sum, max, min, product, argmax/
+// argmin (first index on ties, as torch), and an inclusive block scan.
+std::string teacher_prelude();
+
+}  // namespace mc::synth

@@ -1,0 +1,17 @@
+// The task prompt a policy (or an LLM teacher) sees for a problem: the PyTorch program, its
+// metadata (input and output shapes, strides, dtypes), the solution format, and the steps to
+// reason through before writing code. Also the repair turn built from MooreEval's feedback.
+#pragma once
+
+#include <string>
+
+#include "synth/graph.h"
+
+namespace mc::synth {
+
+std::string task_prompt(const Graph& g, const std::string& problem_source, const std::string& format);
+std::string repair_prompt(const std::string& feedback);
+// An answer as a model would write it: the solution in a fenced code block.
+std::string as_answer(const std::string& solution, const std::string& format);
+
+}  // namespace mc::synth
