@@ -8,6 +8,7 @@
 #include "cli/run_options.h"
 #include "common/check.h"
 #include "common/fs.h"
+#include "synth/op_library.h"
 #include "synth/synthesizer.h"
 
 namespace mc::cli {
@@ -17,6 +18,7 @@ struct SynthCommand::Impl {
   RunOptions run;  // evaluator settings (GPUs, device, cache)
   synth::SynthOptions o;
   std::string levels = "1,2,3", weights, api_key_env = "OPENAI_API_KEY";
+  bool list_ops = false;
 };
 
 SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -24,7 +26,8 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   auto* s = m.cmd = app.add_subcommand("synth", "synthesize KernelBench-format problems with verified CUDA solutions");
   s->add_option("--levels", m.levels, "levels to generate, e.g. 1,2,3")->capture_default_str();
   s->add_option("--count", m.o.count, "problems to keep, spread over the levels")->capture_default_str();
-  s->add_option("--out", m.o.out_dir, "output folder")->required();
+  s->add_option("--out", m.o.out_dir, "output folder");
+  s->add_flag("--list-ops", m.list_ops, "print the op library (name, family, level-1, level-2 anchor) and exit");
   s->add_option("--seed", m.o.seed, "generation seed (same seed, same problems)")->capture_default_str();
   s->add_option("--decontaminate", m.o.decontaminate_dir, "benchmark folder (e.g. a KernelBench checkout) to keep clear of");
   s->add_option("--teacher", m.o.teacher, "builtin, none, or an OpenAI-compatible URL")->capture_default_str();
@@ -56,6 +59,12 @@ SynthCommand::~SynthCommand() = default;
 std::optional<int> SynthCommand::run() {
   Impl& m = *impl_;
   if (!*m.cmd) return std::nullopt;
+  if (m.list_ops) {
+    for (const auto& [name, d] : synth::op_library())
+      fmt::print("{:<22}{:<13}{:<8}{}\n", name, d.family, d.fresh ? "level1" : "-", d.anchor ? "anchor" : "-");
+    return 0;
+  }
+  MC_CHECK(!m.o.out_dir.empty(), "synth needs --out DIR");
   m.o.levels.clear();
   for (size_t pos = 0; pos <= m.levels.size();) {
     size_t c = m.levels.find(',', pos);

@@ -204,7 +204,9 @@ std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& prob
                             {"timing", m.cfg.timing},
                             {"timing_budget_s", timing_budget_s},
                             {"timing_target_rel_err", 0.02},
-                            {"timing_input_sets", 2}};
+                            {"timing_input_sets", 2},
+                            {"atol", m.cfg.effective_atol()},
+                            {"rtol", m.cfg.effective_rtol()}};
       try {
         auto reply = exec.call(req, 300);
         out[i] = reply.value("ok", false) ? reply["result"]

@@ -180,7 +180,7 @@ Graph Generator::level3(Rng& rng) const {
   if (kind == 0) {  // MLP
     int64_t b = dim({64, 128, 256, 512}), d = dim({256, 512, 1024, 2048});
     int x = add_float_input(g, {b, d});
-    int layers = static_cast<int>(uniform_int(rng, 2, 4));
+    int layers = static_cast<int>(uniform_int(rng, 3, 4));
     for (int i = 0; i < layers; ++i) {
       int64_t out = i == layers - 1 ? dim({10, 100, 256, 1000}) : dim({256, 512, 1024, 2048});
       x = g.add_node({"Linear", {x}, {{"out", out}, {"bias", true}}});

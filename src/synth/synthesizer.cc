@@ -65,8 +65,9 @@ std::string safe_title(const Graph& g) {
   return t;
 }
 
-// Why a probed problem is not valid ("" when it is).
-std::string validity(const nlohmann::json& p, const SynthOptions& o, std::string* stage) {
+}  // namespace
+
+std::string invalid_reason(const nlohmann::json& p, const SynthOptions& o, std::string* stage) {
   *stage = "validity";
   if (p.contains("infra_error")) {
     *stage = "infra";
@@ -77,6 +78,12 @@ std::string validity(const nlohmann::json& p, const SynthOptions& o, std::string
   if (!p.value("deterministic", false)) return "not deterministic";
   if (p.value("degenerate", false)) return "degenerate output (near-constant or near-zero)";
   if (!p.value("varies_with_seed", false)) return "output does not vary with the seed";
+  if (p.contains("ill_conditioned") && !p["ill_conditioned"].empty()) {
+    const auto& b = p["ill_conditioned"][0];
+    if (b.contains("error")) return "fails in float64: " + b["error"].get<std::string>();
+    return "ill-conditioned: the fp32 reference misses its fp64 value beyond tolerance on " +
+           b.value("variant", std::string("?")) + " inputs";
+  }
   if (p.contains("constant_axes") && !p["constant_axes"].empty())
     return "output constant along axis " + p["constant_axes"][0][1].dump();
   if (p.contains("eager")) {
@@ -86,6 +93,8 @@ std::string validity(const nlohmann::json& p, const SynthOptions& o, std::string
   }
   return "";
 }
+
+namespace {
 
 std::string quantiles(std::vector<double> v) {
   if (v.empty()) return "-";
@@ -115,6 +124,12 @@ SynthReport run_synthesis(const SynthOptions& o) {
   fs::create_directories(work / "candidates");
   fs::create_directories(out / "problems");
   nlohmann::json report = {{"seed", o.seed}, {"levels", o.levels}, {"count", o.count}};
+  nlohmann::json stage_s = nlohmann::json::object();
+  auto lap = [&, last = Clock::now()](const char* stage) mutable {
+    auto now = Clock::now();
+    stage_s[stage] = std::chrono::duration<double>(now - last).count();
+    last = now;
+  };
   eval::Toolchain tc = eval::discover_toolchain(o.evaluator.cuda_arch);
 
   // ---- 1. generate, de-duplicate ------------------------------------------------------------
@@ -166,6 +181,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
     }
   }
   report["generated"] = items.size();
+  lap("generate");
 
   // ---- 2. decontaminate ------------------------------------------------------------------
   if (!o.decontaminate_dir.empty()) {
@@ -184,6 +200,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
     report["decontamination"] = {{"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
                                  {"dropped", dropped_by["contaminated"]}};
   }
+
+  lap("decontaminate");
 
   // ---- 3. validity probe (reference execution) -------------------------------------------
   eval::EvaluatorOptions eo = o.evaluator;
@@ -209,7 +227,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
       auto res = evaluator(cfg).probe(probs, 0.25, [&](size_t) { bar.advance(); });
       for (size_t i = 0; i < live.size(); ++i) {
         live[i]->probe = res[i];
-        std::string stage, why = validity(res[i], o, &stage);
+        std::string stage, why = invalid_reason(res[i], o, &stage);
         if (!why.empty()) drop(*live[i], stage, why);
       }
     }
@@ -230,6 +248,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
   std::vector<Item*> keep;
   for (auto& it : items)
     if (it.drop_stage.empty()) keep.push_back(&it);
+
+  lap("probe");
 
   // ---- 4. teacher solutions, verified by MooreEval -----------------------------------------
   std::vector<std::string> formats;
@@ -319,6 +339,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
     teacher_stats["endpoint_errors"] = endpoint_errors;
   }
 
+  lap("teacher");
+
   // ---- 5. dataset, report ----------------------------------------------------------------
   std::vector<Item*> ordered = keep;
   if (o.order == "curriculum")
@@ -344,7 +366,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
     nlohmann::json pj = {{"id", it->id}, {"level", it->level}, {"name", it->title}, {"path", fs::relative(it->path, out).string()},
                          {"families", it->g.families()}, {"difficulty", it->difficulty}, {"flops", it->cost.flops},
                          {"bytes", it->cost.bytes}, {"graph", it->g.to_json()}, {"solved", !it->rows.empty()},
-                         {"provenance", {{"seed", o.seed}, {"index", it->index}}}};
+                         {"provenance", {{"seed", o.seed}, {"index", it->index}}},
+                         {"teacher_attempts", it->attempts}};
     if (it->probe.contains("eager")) pj["eager_us"] = it->probe["eager"].value("median_us", 0.0);
     problems_jsonl += pj.dump() + "\n";
     for (auto& row : it->rows) {
@@ -405,6 +428,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
   }
   for (auto& [level, v] : speedups)
     if (!v.empty()) t += fmt::format("speedup vs eager, L{} (verified): {}\n", level, quantiles(v));
+  t += "\nseconds per stage:";
+  for (auto& [k, v] : stage_s.items()) t += fmt::format(" {} {:.0f}", k, v.get<double>());
   t += fmt::format("\nwrote {}/problems/, problems.jsonl, dataset.jsonl, rejected.jsonl, report.json\n", o.out_dir);
   nlohmann::json fam = family_hist;
   nlohmann::json pf = nlohmann::json::object();
@@ -416,6 +441,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
   report["minutes"] = minutes;
   report["kept_per_minute"] = keep.size() / std::max(minutes, 1e-9);
   report["dropped_by_stage"] = dropped_by;
+  report["stage_seconds"] = stage_s;
   write_file_atomic(out / "report.json", report.dump(2));
   return {report, t};
 }

@@ -57,4 +57,8 @@ struct SynthReport {
 
 SynthReport run_synthesis(const SynthOptions& opts);
 
+// Why a problem's validity probe (Evaluator::probe) disqualifies it, "" when it is valid.
+// `stage` becomes "validity", or "infra" when the probe itself failed.
+std::string invalid_reason(const nlohmann::json& probe, const SynthOptions& opts, std::string* stage);
+
 }  // namespace mc::synth

@@ -1,0 +1,19 @@
+# expect: does not vary with the seed
+import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, x):
+        return torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape) + 0 * x
+
+
+def get_inputs():
+    return [torch.rand(64, 128)]
+
+
+def get_init_inputs():
+    return []
