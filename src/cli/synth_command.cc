@@ -23,6 +23,7 @@ struct SynthCommand::Impl {
 
 SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  m.run.cfg.timing_budget_s = 0.5;  // a speedup for the dataset, not a leaderboard figure
   auto* s = m.cmd = app.add_subcommand("synth", "synthesize KernelBench-format problems with verified CUDA solutions");
   s->add_option("--levels", m.levels, "levels to generate, e.g. 1,2,3")->capture_default_str();
   s->add_option("--count", m.o.count, "problems to keep, spread over the levels")->capture_default_str();
@@ -43,6 +44,8 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--min-eager-us", m.o.min_eager_us, "drop problems faster than this in eager PyTorch")->capture_default_str();
   s->add_option("--max-eager-us", m.o.max_eager_us, "drop problems slower than this in eager PyTorch")->capture_default_str();
   s->add_option("--max-per-structure", m.o.max_per_structure, "problems sharing one op structure")->capture_default_str();
+  s->add_option("--timing-budget", m.run.cfg.timing_budget_s, "seconds of timing per callable when verifying")
+      ->capture_default_str();
   s->add_option("--order", m.o.order, "dataset order: curriculum (by difficulty) or generation")->capture_default_str();
   s->add_option("--gpus", m.run.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
   s->add_option("--device", m.run.device, "cuda, or cpu to run judges on the CPU (tests)")

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <thread>
 
 #include "common/check.h"
 #include "common/fs.h"
@@ -20,30 +21,46 @@ std::vector<ProblemTrace> trace_problems(const std::vector<std::string>& paths, 
     out[i].tokens = source_tokens(read_file(paths[i]));
   }
   if (paths.empty()) return out;
-  SubprocessOptions so;
-  so.argv = {python, "-m", "musacoder_harness.opgraph"};
-  so.argv.insert(so.argv.end(), paths.begin(), paths.end());
-  so.env_set["PYTHONPATH"] = harness_dir;
-  so.env_set["CUDA_VISIBLE_DEVICES"] = "";  // meta tensors only
-  RunResult r = run_command(so, 600 * 1000);
-  MC_CHECK(r.status.ok(), "tracing op graphs failed (", r.status.describe(), "): ", r.err.substr(0, 2000));
-  size_t i = 0;
-  for (size_t pos = 0; pos < r.out.size() && i < paths.size();) {
-    size_t nl = r.out.find('\n', pos);
-    std::string line = r.out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    pos = nl == std::string::npos ? r.out.size() : nl + 1;
-    if (line.empty() || line[0] != '{') continue;
-    auto j = nlohmann::json::parse(line);
-    ProblemTrace& t = out[i++];
-    t.traced = j.value("ok", false);
-    t.error = j.value("error", "");
-    if (!t.traced) continue;
-    t.graph_key = j.value("graph_key", "");
-    t.op_sequence = j.value("op_sequence", std::vector<std::string>{});
-    for (auto& s : j["input_shapes"])
-      if (s.is_array()) t.input_shapes.push_back(s.get<std::vector<int64_t>>());
-  }
-  MC_CHECK(i == paths.size(), "op-graph tracer answered for ", i, " of ", paths.size(), " files");
+  // Shards in parallel: constructing large benchmark models, even on the meta device, takes
+  // most of a second each.
+  size_t shards = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  shards = std::min(shards, (paths.size() + 15) / 16);
+  std::vector<std::string> errors(shards);
+  std::vector<std::thread> threads;
+  for (size_t k = 0; k < shards; ++k)
+    threads.emplace_back([&, k] {
+      std::vector<size_t> mine;
+      SubprocessOptions so;
+      so.argv = {python, "-m", "musacoder_harness.opgraph"};
+      for (size_t i = k; i < paths.size(); i += shards) mine.push_back(i), so.argv.push_back(paths[i]);
+      so.env_set["PYTHONPATH"] = harness_dir;
+      so.env_set["CUDA_VISIBLE_DEVICES"] = "";  // meta tensors only
+      RunResult r = run_command(so, 900 * 1000);
+      if (!r.status.ok()) {
+        errors[k] = "tracing op graphs failed (" + r.status.describe() + "): " + r.err.substr(0, 2000);
+        return;
+      }
+      size_t n = 0;
+      for (size_t pos = 0; pos < r.out.size() && n < mine.size();) {
+        size_t nl = r.out.find('\n', pos);
+        std::string line = r.out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+        pos = nl == std::string::npos ? r.out.size() : nl + 1;
+        if (line.empty() || line[0] != '{') continue;
+        auto j = nlohmann::json::parse(line);
+        ProblemTrace& t = out[mine[n++]];
+        t.traced = j.value("ok", false);
+        t.error = j.value("error", "");
+        if (!t.traced) continue;
+        t.graph_key = j.value("graph_key", "");
+        t.op_sequence = j.value("op_sequence", std::vector<std::string>{});
+        for (auto& s : j["input_shapes"])
+          if (s.is_array()) t.input_shapes.push_back(s.get<std::vector<int64_t>>());
+      }
+      if (n != mine.size())
+        errors[k] = "op-graph tracer answered for " + std::to_string(n) + " of " + std::to_string(mine.size()) + " files";
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) MC_CHECK(e.empty(), e);
   return out;
 }
 

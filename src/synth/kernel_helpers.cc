@@ -55,21 +55,25 @@ std::string teacher_prelude() {
 #include <math.h>
 #include <stdint.h>
 
-struct McSum { __device__ float operator()(float a, float b) const { return a + b; } };
-struct McMax { __device__ float operator()(float a, float b) const { return fmaxf(a, b); } };
-struct McMin { __device__ float operator()(float a, float b) const { return fminf(a, b); } };
-struct McProd { __device__ float operator()(float a, float b) const { return a * b; } };
+// Teacher kernels accumulate in double: the result is then within half an ulp of the exact
+// value, and the synthesizer keeps only problems whose fp32 reference is itself within the
+// tolerance of the exact value (the conditioning probe), so an honest kernel never loses to a
+// different summation order.
+struct McSum { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+struct McMax { template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
+struct McMin { template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+struct McProd { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
 
-template <typename Op>
-__device__ __forceinline__ float mc_warp_reduce(float v, Op op) {
+template <typename T, typename Op>
+__device__ __forceinline__ T mc_warp_reduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
 // Reduces v over the block (blockDim.x a multiple of 32); every thread gets the result.
-template <typename Op>
-__device__ float mc_block_reduce(float v, Op op, float identity) {
-  __shared__ float sh[32];
+template <typename T, typename Op>
+__device__ T mc_block_reduce(T v, Op op, T identity) {
+  __shared__ T sh[32];
   int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
   v = mc_warp_reduce(v, op);
   __syncthreads();
@@ -83,7 +87,7 @@ __device__ float mc_block_reduce(float v, Op op, float identity) {
   __syncthreads();
   return v;
 }
-__device__ __forceinline__ float mc_block_sum(float v) { return mc_block_reduce(v, McSum(), 0.0f); }
+__device__ __forceinline__ double mc_block_sum(double v) { return mc_block_reduce(v, McSum(), 0.0); }
 __device__ __forceinline__ float mc_block_max(float v) { return mc_block_reduce(v, McMax(), -INFINITY); }
 
 // (value, index) reduction keeping the first index among equal values; `greater` picks argmax.
@@ -123,13 +127,13 @@ __device__ void mc_block_arg(float& v, long long& i, bool greater) {
 
 // Inclusive scan of one value per thread over the block (blockDim.x <= 1024); `exclusive`
 // receives the combination of the earlier threads' values (identity for thread 0).
-template <typename Op>
-__device__ float mc_block_scan(float v, Op op, float identity, float* exclusive) {
-  __shared__ float sh[1024];
+template <typename T, typename Op>
+__device__ T mc_block_scan(T v, Op op, T identity, T* exclusive) {
+  __shared__ T sh[1024];
   sh[threadIdx.x] = v;
   __syncthreads();
   for (int o = 1; o < blockDim.x; o <<= 1) {
-    float t = threadIdx.x >= o ? sh[threadIdx.x - o] : 0.0f;
+    T t = threadIdx.x >= o ? sh[threadIdx.x - o] : identity;
     __syncthreads();
     if (threadIdx.x >= o) sh[threadIdx.x] = op(t, sh[threadIdx.x]);
     __syncthreads();

@@ -58,6 +58,14 @@ std::string flit(double v) {
   return s + "f";
 }
 
+std::string dlit(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
 std::string py_shape(const Shape& s) {
   std::string out;
   for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);

@@ -90,6 +90,7 @@ void register_index_ops(std::map<std::string, OpDef>& lib);      // gather, embe
 // Helpers shared by the family files.
 std::string lit(int64_t v);                       // "128LL"
 std::string flit(double v);                       // "0.5f" spelled exactly
+std::string dlit(double v);                       // "0.5" (double, 17 digits)
 std::string py_shape(const Shape& s);             // "128, 4096"
 Shape strides_of(const Shape& s);                 // contiguous strides
 int norm_dim(int64_t dim, size_t rank);           // negative dims -> positive, checked

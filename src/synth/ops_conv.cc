@@ -112,7 +112,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     int64_t cin = x[1], cout = o[1], g = p.value("groups", 1), cin_g = cin / g, cout_g = cout / g;
     auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1);
     Shape xs = strides_of(x), ws = strides_of(c.state[0].shape);
-    std::string b = "    const long long grp = c1 / " + lit(cout_g) + ";\n    float acc = 0.0f;\n";
+    std::string b = "    const long long grp = c1 / " + lit(cout_g) + ";\n    double acc = 0.0;\n";
     std::string ind = "    ";
     // weight [cout, cin/g, k...] (conv) or [cin, cout/g, k...] (transposed)
     b += ind + "for (long long ci = 0; ci < " + lit(cin_g) + "; ++ci) {\n";
@@ -136,7 +136,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
       ind += "  ";
       close += "}";
     }
-    b += ind + "  acc += a0[" + xoff + "] * s0[" + woff + "];\n";
+    b += ind + "  acc += (double)a0[" + xoff + "] * s0[" + woff + "];\n";
     b += "    " + close + "}\n";
     if (p.value("bias", true)) b += "    acc += s1[c1];\n";
     b += "    STORE(o, acc);\n";
@@ -205,7 +205,7 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     const Shape &x = c.in[0].shape, &o = c.out.shape;
     int64_t k = c.n.p.at("k"), st = c.n.p.at("stride"), pad = c.n.p.value("pad", 0);
     Shape xs = strides_of(x);
-    std::string b = std::string("    float acc = ") + (max ? "-INFINITY" : "0.0f") + ";\n";
+    std::string b = std::string(max ? "    float acc = -INFINITY;\n" : "    double acc = 0.0;\n");
     std::string off = "c0 * " + lit(xs[0]) + " + c1 * " + lit(xs[1]), ind = "    ", close;
     for (int i = 0; i < nd; ++i) {
       std::string ki = "k" + std::to_string(i), pi = "p" + std::to_string(i);
@@ -222,7 +222,7 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     double vol = 1;
     for (int i = 0; i < nd; ++i) vol *= static_cast<double>(k);
     // AvgPool counts padded positions (count_include_pad=True, PyTorch's default).
-    b += max ? "    STORE(o, acc);\n" : "    STORE(o, acc / " + flit(vol) + ");\n";
+    b += max ? "    STORE(o, acc);\n" : "    STORE(o, acc / " + std::to_string(vol) + ");\n";
     return gather_kernel(o, b);
   };
   lib[d.name] = d;
@@ -257,9 +257,9 @@ void add_global_avg_pool(std::map<std::string, OpDef>& lib) {
   d.lower = [](const LowerCtx& c) {
     int64_t sp = numel(c.in[0].shape) / (c.in[0].shape[0] * c.in[0].shape[1]);
     RowIdx ri = row_idx({c.in[0].shape[0] * c.in[0].shape[1], sp}, 1, 2);
-    std::string b = "  const long long row = blockIdx.x;\n  float s = 0.0f;\n";
+    std::string b = "  const long long row = blockIdx.x;\n  double s = 0.0;\n";
     b += "  for (long long r = threadIdx.x; r < " + lit(sp) + "; r += blockDim.x) s += a0[" + ri.at("row", "r") + "];\n";
-    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, s / " + flit(static_cast<double>(sp)) + ");\n";
+    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, s / " + std::to_string(sp) + ".0);\n";
     Kernel k;
     k.body = b;
     k.grid = std::to_string(ri.rows);

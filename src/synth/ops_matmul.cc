@@ -29,7 +29,7 @@ Kernel gemm_kernel(const GemmSpec& g) {
   s += "  __shared__ float As[16][65];\n  __shared__ float Bs[16][65];\n";
   s += "  const long long bz = blockIdx.z, m0 = (long long)blockIdx.y * 64, n0 = (long long)blockIdx.x * 64;\n";
   s += "  const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;\n";
-  s += "  float acc[4][4] = {};\n";
+  s += "  double acc[4][4] = {};\n";
   s += "  for (long long kt = 0; kt < " + K + "; kt += 16) {\n";
   s += "    for (int i = threadIdx.x; i < 1024; i += 256) {\n";
   // A tile: consecutive threads walk k when k is A's contiguous dim, else m.
@@ -49,14 +49,14 @@ Kernel gemm_kernel(const GemmSpec& g) {
   s += "#pragma unroll\n    for (int kk = 0; kk < 16; ++kk) {\n";
   s += "      float av[4], bv[4];\n";
   s += "#pragma unroll\n      for (int i = 0; i < 4; ++i) { av[i] = As[kk][ty * 4 + i]; bv[i] = Bs[kk][tx * 4 + i]; }\n";
-  s += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += av[i] * bv[j];\n";
+  s += "#pragma unroll\n      for (int i = 0; i < 4; ++i)\n#pragma unroll\n        for (int j = 0; j < 4; ++j) acc[i][j] += (double)av[i] * bv[j];\n";
   s += "    }\n    __syncthreads();\n  }\n";
   s += "  for (int i = 0; i < 4; ++i)\n    for (int j = 0; j < 4; ++j) {\n";
   s += "      const long long m = m0 + ty * 4 + i, n = n0 + tx * 4 + j;\n";
   s += "      if (m >= " + M + " || n >= " + N + ") continue;\n";
   std::string v = "acc[i][j]";
   if (!g.bias.empty()) v += " + " + g.bias + "[n]";
-  if (g.lower_triangular) v = "(n <= m ? " + v + " : 0.0f)";
+  if (g.lower_triangular) v = "(n <= m ? " + v + " : 0.0)";
   s += "      STORE(bz * " + lit(g.m * g.n) + " + m * " + N + " + n, " + v + ");\n    }\n";
   Kernel k;
   k.body = s;

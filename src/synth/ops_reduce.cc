@@ -86,11 +86,11 @@ void add_reduction(std::map<std::string, OpDef>& lib, const Reduction& r) {
   d.lower = [rr](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
     RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
-    std::string b = "  const float L = " + flit(static_cast<double>(ri.len)) + ";\n  (void)L;\n";
-    b += "  float acc = " + std::string(rr.init) + ";\n";
+    std::string b = "  const double L = " + std::to_string(ri.len) + ".0;\n  (void)L;\n";
+    b += "  double acc = " + std::string(rr.init) + ";\n";
     b += "  for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x) {\n";
     b += "    float v = a0[" + ri.at("row", "r") + "];\n    acc = " + rr.step + ";\n  }\n";
-    b += "  acc = mc_block_reduce(acc, " + std::string(rr.op) + "(), " + rr.init + ");\n";
+    b += "  acc = mc_block_reduce(acc, " + std::string(rr.op) + "(), (double)(" + rr.init + "));\n";
     b += "  if (threadIdx.x == 0) STORE(row, " + std::string(rr.final_) + ");\n";
     return row_kernel(ri.rows, ri.len, b);
   };
@@ -110,8 +110,8 @@ void add_logsumexp(std::map<std::string, OpDef>& lib) {
     std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
     std::string x = "a0[" + ri.at("row", "r") + "]";
     std::string b = "  float m = -INFINITY;\n  " + loop + " m = fmaxf(m, " + x + ");\n";
-    b += "  m = mc_block_max(m);\n  float s = 0.0f;\n  " + loop + " s += expf(" + x + " - m);\n";
-    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, m + logf(s));\n";
+    b += "  m = mc_block_max(m);\n  double s = 0.0;\n  " + loop + " s += exp((double)" + x + " - m);\n";
+    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, m + log(s));\n";
     return row_kernel(ri.rows, ri.len, b);
   };
   lib[d.name] = d;
@@ -183,17 +183,17 @@ void add_scan(std::map<std::string, OpDef>& lib, const char* name, bool product,
     RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
     int block = row_block(ri.len);
     int64_t chunk = (ri.len + block - 1) / block;
-    std::string op = product ? "McProd()" : "McSum()", id = product ? "1.0f" : "0.0f";
+    std::string op = product ? "McProd()" : "McSum()", id = product ? "1.0" : "0.0";
     std::string comb = product ? "acc * v" : "acc + v";
     // element e of the row in scan order
     std::string pos = reverse ? "(" + lit(ri.len - 1) + " - e)" : "e";
     std::string b = "  const long long lo = (long long)threadIdx.x * " + lit(chunk) + ";\n";
     b += "  const long long hi = min(lo + " + lit(chunk) + ", " + lit(ri.len) + ");\n";
-    b += "  float acc = " + id + ";\n";
-    b += "  for (long long e = lo; e < hi; ++e) { float v = a0[" + ri.at("row", pos) + "]; acc = " + comb + "; }\n";
-    b += "  float before;\n  mc_block_scan(acc, " + op + ", " + id + ", &before);\n  acc = before;\n";
+    b += "  double acc = " + id + ";\n";
+    b += "  for (long long e = lo; e < hi; ++e) { double v = a0[" + ri.at("row", pos) + "]; acc = " + comb + "; }\n";
+    b += "  double before;\n  mc_block_scan(acc, " + op + ", " + id + ", &before);\n  acc = before;\n";
     b += "  for (long long e = lo; e < hi; ++e) {\n    const long long i = " + ri.at("row", pos) +
-         ";\n    float v = a0[i];\n    acc = " + comb + ";\n    STORE(i, acc);\n  }\n";
+         ";\n    double v = a0[i];\n    acc = " + comb + ";\n    STORE(i, acc);\n  }\n";
     Kernel k = row_kernel(ri.rows, ri.len, b);
     k.block = block;
     return k;
@@ -228,10 +228,10 @@ void add_softmax(std::map<std::string, OpDef>& lib, const char* name, bool log) 
     std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
     std::string x = "a0[" + ri.at("row", "r") + "]";
     std::string b = "  float m = -INFINITY;\n  " + loop + " m = fmaxf(m, " + x + ");\n";
-    b += "  m = mc_block_max(m);\n  float s = 0.0f;\n  " + loop + " s += expf(" + x + " - m);\n";
+    b += "  m = mc_block_max(m);\n  double s = 0.0;\n  " + loop + " s += exp((double)" + x + " - m);\n";
     b += "  s = mc_block_sum(s);\n";
-    if (log) b += "  const float ls = logf(s);\n  " + loop + " STORE(" + ri.at("row", "r") + ", " + x + " - m - ls);\n";
-    else b += "  const float inv = 1.0f / s;\n  " + loop + " STORE(" + ri.at("row", "r") + ", expf(" + x + " - m) * inv);\n";
+    if (log) b += "  const double ls = log(s);\n  " + loop + " STORE(" + ri.at("row", "r") + ", (double)" + x + " - m - ls);\n";
+    else b += "  const double inv = 1.0 / s;\n  " + loop + " STORE(" + ri.at("row", "r") + ", exp((double)" + x + " - m) * inv);\n";
     return row_kernel(ri.rows, ri.len, b);
   };
   lib[d.name] = d;
@@ -243,18 +243,19 @@ std::string normalize_body(const RowIdx& ri, const std::string& weight, const st
                            double eps, bool rms) {
   std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
   std::string x = "a0[" + ri.at("row", "r") + "]";
-  std::string L = flit(static_cast<double>(ri.len));
+  std::string L = std::to_string(ri.len) + ".0";
+  std::string e = dlit(eps);
   std::string b;
   if (rms) {
-    b += "  float q = 0.0f;\n  " + loop + " { float v = " + x + "; q += v * v; }\n";
-    b += "  const float rstd = rsqrtf(mc_block_sum(q) / " + L + " + " + flit(eps) + ");\n  const float mean = 0.0f;\n";
+    b += "  double q = 0.0;\n  " + loop + " { double v = " + x + "; q += v * v; }\n";
+    b += "  const double rstd = 1.0 / sqrt(mc_block_sum(q) / " + L + " + " + e + ");\n  const double mean = 0.0;\n";
   } else {
-    b += "  float s = 0.0f;\n  " + loop + " s += " + x + ";\n";
-    b += "  const float mean = mc_block_sum(s) / " + L + ";\n";
-    b += "  float q = 0.0f;\n  " + loop + " { float v = " + x + " - mean; q += v * v; }\n";
-    b += "  const float rstd = rsqrtf(mc_block_sum(q) / " + L + " + " + flit(eps) + ");\n";
+    b += "  double s = 0.0;\n  " + loop + " s += " + x + ";\n";
+    b += "  const double mean = mc_block_sum(s) / " + L + ";\n";
+    b += "  double q = 0.0;\n  " + loop + " { double v = " + x + " - mean; q += v * v; }\n";
+    b += "  const double rstd = 1.0 / sqrt(mc_block_sum(q) / " + L + " + " + e + ");\n";
   }
-  std::string y = "(" + x + " - mean) * rstd";
+  std::string y = "((double)" + x + " - mean) * rstd";
   if (!weight.empty()) y = "(" + y + ") * " + weight;
   if (!bias.empty()) y = "(" + y + ") + " + bias;
   b += "  " + loop + " STORE(" + ri.at("row", "r") + ", " + y + ");\n";
@@ -448,8 +449,8 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       RowIdx ri = row_idx(c.in[0].shape, 1, 2);
       std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
       std::string x = "a0[" + ri.at("row", "r") + "]";
-      std::string b = "  float q = 0.0f;\n  " + loop + " { float v = " + x + "; q += v * v; }\n";
-      b += "  const float inv = 1.0f / fmaxf(sqrtf(mc_block_sum(q)), 1e-12f);\n";
+      std::string b = "  double q = 0.0;\n  " + loop + " { double v = " + x + "; q += v * v; }\n";
+      b += "  const double inv = 1.0 / fmax(sqrt(mc_block_sum(q)), 1e-12);\n";
       b += "  " + loop + " STORE(" + ri.at("row", "r") + ", " + x + " * inv);\n";
       return row_kernel(ri.rows, ri.len, b);
     };
@@ -484,10 +485,10 @@ void add_pointwise_loss(std::map<std::string, OpDef>& lib, const char* name, con
   d.lower = [t, batchmean](const LowerCtx& c) {
     int64_t n = numel(c.in[0].shape);
     double div = batchmean ? static_cast<double>(c.in[0].shape[0]) : static_cast<double>(n);
-    std::string b = "  (void)row;\n  float acc = 0.0f;\n";
+    std::string b = "  (void)row;\n  double acc = 0.0;\n";
     b += "  for (long long i = threadIdx.x; i < " + lit(n) + "; i += blockDim.x) {\n";
     b += "    const float a = a0[i], b = a1[i];\n    acc += " + t + ";\n  }\n";
-    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + flit(div) + ");\n";
+    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + std::to_string(div) + ");\n";
     Kernel k = row_kernel(1, n, b);
     k.block = 1024;
     return k;
@@ -520,21 +521,21 @@ void add_row_loss(std::map<std::string, OpDef>& lib, const char* name, bool cros
   };
   d.lower = [cross_entropy](const LowerCtx& c) {
     int64_t n = c.in[0].shape[0], dd = c.in[0].shape[1];
-    std::string b = "  (void)row;\n  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n  float acc = 0.0f;\n";
+    std::string b = "  (void)row;\n  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n  double acc = 0.0;\n";
     b += "  for (long long i = warp; i < " + lit(n) + "; i += blockDim.x >> 5) {\n";
     b += "    const float* x = a0 + i * " + lit(dd) + ";\n";
     std::string loop = "    for (long long j = lane; j < " + lit(dd) + "; j += 32)";
     if (cross_entropy) {
       b += "    float m = -INFINITY;\n" + loop + " m = fmaxf(m, x[j]);\n    m = mc_warp_reduce(m, McMax());\n";
-      b += "    float s = 0.0f;\n" + loop + " s += expf(x[j] - m);\n    s = mc_warp_reduce(s, McSum());\n";
-      b += "    if (lane == 0) acc += m + logf(s) - x[a1[i]];\n  }\n";
+      b += "    double s = 0.0;\n" + loop + " s += exp((double)x[j] - m);\n    s = mc_warp_reduce(s, McSum());\n";
+      b += "    if (lane == 0) acc += m + log(s) - x[a1[i]];\n  }\n";
     } else {
-      b += "    const float* y = a1 + i * " + lit(dd) + ";\n    float xy = 0.0f, xx = 0.0f, yy = 0.0f;\n";
-      b += loop + " { xy += x[j] * y[j]; xx += x[j] * x[j]; yy += y[j] * y[j]; }\n";
+      b += "    const float* y = a1 + i * " + lit(dd) + ";\n    double xy = 0.0, xx = 0.0, yy = 0.0;\n";
+      b += loop + " { const double p = x[j], q = y[j]; xy += p * q; xx += p * p; yy += q * q; }\n";
       b += "    xy = mc_warp_reduce(xy, McSum()); xx = mc_warp_reduce(xx, McSum()); yy = mc_warp_reduce(yy, McSum());\n";
-      b += "    if (lane == 0) acc += 1.0f - xy / (fmaxf(sqrtf(xx), 1e-8f) * fmaxf(sqrtf(yy), 1e-8f));\n  }\n";
+      b += "    if (lane == 0) acc += 1.0 - xy / (fmax(sqrt(xx), 1e-8) * fmax(sqrt(yy), 1e-8));\n  }\n";
     }
-    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + flit(static_cast<double>(n)) + ");\n";
+    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + std::to_string(n) + ".0);\n";
     Kernel k = row_kernel(1, n * 32, b);
     k.block = 1024;
     return k;
@@ -545,12 +546,12 @@ void add_row_loss(std::map<std::string, OpDef>& lib, const char* name, bool cros
 }  // namespace
 
 void register_reduce_ops(std::map<std::string, OpDef>& lib) {
-  add_reduction(lib, {"Sum", "torch.sum({x}, dim={d}, keepdim={k})", "0.0f", "acc + v", "McSum", "acc", true});
-  add_reduction(lib, {"Mean", "torch.mean({x}, dim={d}, keepdim={k})", "0.0f", "acc + v", "McSum", "acc / L", true});
-  add_reduction(lib, {"Max", "torch.amax({x}, dim={d}, keepdim={k})", "-INFINITY", "fmaxf(acc, v)", "McMax", "acc", true});
-  add_reduction(lib, {"Min", "torch.amin({x}, dim={d}, keepdim={k})", "INFINITY", "fminf(acc, v)", "McMin", "acc", true});
-  add_reduction(lib, {"Prod", "torch.prod({x}, dim={d}, keepdim={k})", "1.0f", "acc * v", "McProd", "acc", true});
-  add_reduction(lib, {"Norm", "torch.linalg.vector_norm({x}, dim={d}, keepdim={k})", "0.0f", "acc + v * v", "McSum", "sqrtf(acc)", true});
+  add_reduction(lib, {"Sum", "torch.sum({x}, dim={d}, keepdim={k})", "0.0", "acc + v", "McSum", "acc", true});
+  add_reduction(lib, {"Mean", "torch.mean({x}, dim={d}, keepdim={k})", "0.0", "acc + v", "McSum", "acc / L", true});
+  add_reduction(lib, {"Max", "torch.amax({x}, dim={d}, keepdim={k})", "-INFINITY", "fmax(acc, (double)v)", "McMax", "acc", true});
+  add_reduction(lib, {"Min", "torch.amin({x}, dim={d}, keepdim={k})", "INFINITY", "fmin(acc, (double)v)", "McMin", "acc", true});
+  add_reduction(lib, {"Prod", "torch.prod({x}, dim={d}, keepdim={k})", "1.0", "acc * v", "McProd", "acc", true});
+  add_reduction(lib, {"Norm", "torch.linalg.vector_norm({x}, dim={d}, keepdim={k})", "0.0", "acc + (double)v * v", "McSum", "sqrt(acc)", true});
   add_logsumexp(lib);
   add_arg(lib, "ArgMax", true);
   add_arg(lib, "ArgMin", false);

@@ -295,6 +295,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
         const eval::EvalResult& r = results[i];
         bool ok = r.verdict == eval::Verdict::kOk || r.verdict == eval::Verdict::kCompiled;
         it->attempts.push_back({{"format", f}, {"verdict", eval::to_string(r.verdict)}, {"reason", r.reason},
+                                {"feedback", r.feedback.substr(0, 800)}, {"infra_error", r.infra_error},
                                 {"speedup", r.speedup ? nlohmann::json(*r.speedup) : nlohmann::json()}});
         if (!ok) continue;
         nlohmann::json row = {{"solution", cands[i].answer}, {"format", f}, {"turns", 1},
