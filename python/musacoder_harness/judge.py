@@ -459,39 +459,50 @@ class Judge:
                 if float(spread) <= 1e-6 * max(scale, 1e-30):
                     constant_axes.append([i, ax])
         out["constant_axes"] = constant_axes
-        out["ill_conditioned"] = self._conditioning(prob, seed, float(req.get("atol", 1e-4)),
-                                                    float(req.get("rtol", 1e-4)))
+        out["ill_conditioned"] = self._conditioning(prob, int(req.get("eval_seed", seed)),
+                                                    int(req.get("trials", 5)),
+                                                    float(req.get("atol", 1e-4)), float(req.get("rtol", 1e-4)))
         if req.get("timing", True) and out["finite"]:
             sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, f32)
                     for i in range(int(req.get("timing_input_sets", 2)))]
             out["eager"] = self.reference_time(req, prob, model, sets)
         return out
 
-    def _conditioning(self, prob, seed, atol, rtol):
-        """Whether fp32 can meet the tolerance at all: on each input variant the trials use, the
-        fp32 reference is compared with the same program in fp64. Where they disagree, an honest
-        fp32 kernel that merely sums in another order fails too (long reductions over signed or
-        scaled inputs, peaked softmaxes), so such a problem would reward luck, not kernels."""
+    def _conditioning(self, prob, seed, trials, atol, rtol):
+        """Whether fp32 can meet the tolerance at all: the judge's own trials (same seeds,
+        input variants and parameter re-draws as evaluate()) are run in fp32 and in fp64.
+        Where they disagree, an honest fp32 kernel that merely sums in another order fails too
+        (long reductions over signed or scaled inputs, peaked softmaxes), so such a problem
+        would reward luck, not kernels."""
+        import copy
         from .compare import compare_outputs, flatten_outputs
-        from .inputs import VARIANTS, make_inputs
+        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, variant_for
         torch = self.torch
         bad = []
+        try:
+            m32, _ = self.reference_model(prob, seed, torch.float32)
+        except Exception as e:
+            return [{"variant": "native", "error": f"{type(e).__name__}: {e}"[:300]}]
         with torch.no_grad():
-            for variant in dict.fromkeys(VARIANTS):
+            for t in range(trials):
+                tseed, variant = seed * 1000 + t + 1, variant_for(t)
                 try:
-                    m32, _ = self.reference_model(prob, seed, torch.float32)
-                    o32 = flatten_outputs(m32(*make_inputs(prob, seed, variant, self.device, torch.float32)))
-                    m64, _ = self.reference_model(prob, seed, torch.float64)
-                    o64 = flatten_outputs(m64(*make_inputs(prob, seed, variant, self.device, torch.float64)))
+                    if t in REDRAW_TRIALS:
+                        redraw_parameters(m32, tseed)
+                    m64 = copy.deepcopy(m32).to(torch.float64)
+                    o32 = flatten_outputs(m32(*make_inputs(prob, tseed, variant, self.device, torch.float32)))
+                    if variant != "native" and not all(bool(torch.isfinite(r).all()) for r in o32
+                                                       if r.is_floating_point()):
+                        variant = "native"  # the judge falls back to native inputs here
+                        o32 = flatten_outputs(m32(*make_inputs(prob, tseed, variant, self.device, torch.float32)))
+                    o64 = flatten_outputs(m64(*make_inputs(prob, tseed, variant, self.device, torch.float64)))
                 except Exception as e:
-                    bad.append({"variant": variant, "error": f"{type(e).__name__}: {e}"[:300]})
+                    bad.append({"trial": t, "variant": variant, "error": f"{type(e).__name__}: {e}"[:300]})
                     continue
-                if any(t.is_floating_point() and not bool(torch.isfinite(t).all()) for t in o64):
-                    continue  # the judge falls back to native inputs for this variant
-                ref = [t.to(torch.float32) if t.dtype == torch.float64 else t for t in o64]
+                ref = [r.to(torch.float32) if r.dtype == torch.float64 else r for r in o64]
                 ok, detail = compare_outputs(ref, o32, atol, rtol)
                 if not ok:
-                    bad.append({"variant": variant, **{k: detail.get(k) for k in
+                    bad.append({"trial": t, "variant": variant, **{k: detail.get(k) for k in
                                 ("kind", "max_abs_error", "max_rel_error", "mismatched", "total")}})
         return bad
 

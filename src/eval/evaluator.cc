@@ -205,6 +205,7 @@ std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& prob
                             {"timing_budget_s", timing_budget_s},
                             {"timing_target_rel_err", 0.02},
                             {"timing_input_sets", 2},
+                            {"trials", m.cfg.trials},
                             {"atol", m.cfg.effective_atol()},
                             {"rtol", m.cfg.effective_rtol()}};
       try {

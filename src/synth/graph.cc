@@ -66,16 +66,19 @@ std::vector<std::string> Graph::families() const {
 }
 
 std::vector<std::pair<int, StateTensor>> Graph::state() const {
-  std::vector<std::pair<int, StateTensor>> out;
+  // PyTorch's state_dict order: the model's own parameters (bare nn.Parameter attributes) in
+  // registration order first, then each submodule's parameters and buffers.
+  std::vector<std::pair<int, StateTensor>> own, modules;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const auto& n = nodes[i];
     const OpDef& d = op(n.op);
     if (!d.state) continue;
     std::vector<TensorType> in;
     for (int a : n.args) in.push_back(values[a]);
-    for (auto& s : d.state(n.p, in)) out.emplace_back(static_cast<int>(i), s);
+    for (auto& s : d.state(n.p, in)) (s.suffix.empty() ? own : modules).emplace_back(static_cast<int>(i), s);
   }
-  return out;
+  own.insert(own.end(), modules.begin(), modules.end());
+  return own;
 }
 
 std::vector<int> Graph::uses() const {
@@ -101,6 +104,8 @@ nlohmann::json Graph::to_json() const {
   for (const auto& n : nodes)
     j["nodes"].push_back({{"op", n.op}, {"args", n.args}, {"p", n.p}, {"out", n.out},
                           {"type", type_json(values[n.out])}});
+  j["state"] = nlohmann::json::array();
+  for (const auto& [node, s] : state()) j["state"].push_back(nodes[node].attr + (s.suffix.empty() ? "" : "." + s.suffix));
   return j;
 }
 

@@ -60,7 +60,8 @@ struct Graph {
   // Ops in order, e.g. "Conv2d_ReLU_BiasAdd" (KernelBench's naming).
   std::string title() const;
   std::vector<std::string> families() const;
-  // state_dict entries in registration order, with their owners: (node index, entry).
+  // state_dict entries in PyTorch's order (bare parameters first, then submodules'), with
+  // their owners: (node index, entry). The native ABI passes them in this order.
   std::vector<std::pair<int, StateTensor>> state() const;
   // How many nodes read each value.
   std::vector<int> uses() const;

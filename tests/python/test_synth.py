@@ -86,8 +86,11 @@ def test_level2_and_level3_problems_run_with_declared_shapes(tmp_path):
     for p in rows:  # every one on the meta device
         mod = load(str(tmp_path / "o" / p["path"]))
         with torch.device("meta"):
-            y = mod.Model(*mod.get_init_inputs())(*mod.get_inputs())
+            model = mod.Model(*mod.get_init_inputs())
+            y = model(*mod.get_inputs())
         assert list(y.shape) == declared(p)["shape"], p["path"]
+        # The teacher's native ABI passes state in this order: it must be PyTorch's.
+        assert list(model.state_dict().keys()) == p["graph"]["state"], p["path"]
 
 
 def test_same_seed_same_dataset_other_seed_other(tmp_path):
