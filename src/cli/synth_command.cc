@@ -43,6 +43,7 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_flag("--no-probe", [&m](int64_t) { m.o.probe = false; }, "skip the validity probe (reference execution)");
   s->add_option("--min-eager-us", m.o.min_eager_us, "drop problems faster than this in eager PyTorch")->capture_default_str();
   s->add_option("--max-eager-us", m.o.max_eager_us, "drop problems slower than this in eager PyTorch")->capture_default_str();
+  s->add_option("--oversample", m.o.oversample, "candidates generated per problem to keep")->capture_default_str();
   s->add_option("--max-per-structure", m.o.max_per_structure, "problems sharing one op structure")->capture_default_str();
   s->add_option("--timing-budget", m.run.cfg.timing_budget_s, "seconds of timing per callable when verifying")
       ->capture_default_str();

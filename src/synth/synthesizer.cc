@@ -375,7 +375,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
       const auto& r = row["result"];
       nlohmann::json d = {{"problem_id", it->id}, {"level", it->level}, {"name", it->title}, {"problem", it->source},
                           {"families", it->g.families()}, {"difficulty", it->difficulty}, {"format", row["format"]},
-                          {"solution", row["solution"]}, {"verdict", r.value("status", r.value("verdict", ""))},
+                          {"solution", row["solution"]}, {"verdict", r.value("verdict", "")},
                           {"speedup", r.contains("speedup") ? r["speedup"] : nlohmann::json()},
                           {"reward", r.contains("reward") ? r["reward"] : nlohmann::json()},
                           {"messages", row["messages"]},
