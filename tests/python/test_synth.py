@@ -125,3 +125,72 @@ def test_bad_weights_file_is_named(tmp_path):
     w.write_text("[families]\nconvolutions = 2.0\n")
     r = synth(tmp_path / "x", "--weights", str(w), check=False)
     assert r.returncode == 2 and "unknown family 'convolutions'" in r.stderr, r.stderr
+
+
+NATIVE_ANSWER = """Reasoning: the output is written elementwise.
+```cuda
+#include "musacoder/native_abi.h"
+__global__ void k(const float* x, float* y, long long n) {
+  long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) y[i] = x[i];
+}
+extern "C" int mc_forward(const mc_tensor* in, int n_in, mc_tensor* out, int n_out, cudaStream_t s) {
+  long long n = 1;
+  for (int d = 0; d < out[0].ndim; ++d) n *= out[0].shape[d];
+  k<<<(unsigned)((n + 255) / 256), 256, 0, s>>>((const float*)in[0].data, (float*)out[0].data, n);
+  return 0;
+}
+```
+"""
+
+
+def test_llm_teacher_through_the_cli(tmp_path):
+    """`synth --teacher URL` against a real OpenAI-compatible HTTP server on loopback: the
+    prompt carries the program and its metadata, answers are verified (compile-only here, no
+    GPU), and verified answers become dataset rows with the model as provenance."""
+    import http.server
+    import threading
+
+    prompts = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            prompts.append(body)
+            n = body.get("n", 1)
+            reply = {"choices": [{"index": i, "message": {"role": "assistant", "content": NATIVE_ANSWER},
+                                  "finish_reason": "stop"} for i in range(n)]}
+            data = json.dumps(reply).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        w = tmp_path / "w.toml"
+        w.write_text("min_elems = 2048\nmax_elems = 8192\n[families]\n" +
+                     "\n".join(f"{f} = 0.0" for f in ("conv", "pool", "matmul", "loss", "index", "attention",
+                                                      "reduction", "scan", "norm", "softmax")) + "\n")
+        cmd = [BINARY, "synth", "--out", str(tmp_path / "o"), "--levels", "1", "--count", "2", "--no-probe",
+               "--device", "cpu", "--verify", "compile", "--formats", "native", "--weights", str(w),
+               "--teacher", f"http://127.0.0.1:{srv.server_address[1]}", "--teacher-model", "tiny-test",
+               "--teacher-samples", "2", "--no-progress", "--cache-dir", str(tmp_path / "cache")]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+    finally:
+        srv.shutdown()
+    assert len(prompts) == 2 and all(p["model"] == "tiny-test" and p["n"] == 2 for p in prompts)
+    text = prompts[0]["messages"][0]["content"]
+    assert "class Model" in text and "strides" in text and "mc_forward" in text and "step by step" in text
+    rows = [json.loads(x) for x in (tmp_path / "o" / "dataset.jsonl").read_text().splitlines()]
+    assert len(rows) == 4  # 2 problems x 2 verified samples
+    for row in rows:
+        assert row["provenance"]["teacher"] == "tiny-test" and row["provenance"]["turns"] == 1
+        assert row["verdict"] == "compiled" and row["format"] == "native"
+        assert row["messages"][0]["role"] == "user" and row["messages"][1]["content"] == NATIVE_ANSWER
