@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything MusaCoder needs on a fresh Debian machine (idempotent).
 #   apt: compilers are already on the image; we add the -dev libraries we build against.
-#   pip: torch==2.11.0 (pinned: the GPU machines run exactly this version), numpy, pytest.
+#   pip: torch==2.11.0 (pinned: the GPU machines run exactly this version), numpy, pytest,
+#        tokenizers (reference for the tokenizer tests).
 # Set MUSACODER_SKIP_SETUP=1 to skip (e.g. inside the GPU machine, which has no network).
 set -euo pipefail
 [ "${MUSACODER_SKIP_SETUP:-0}" = 1 ] && exit 0
@@ -9,7 +10,7 @@ set -euo pipefail
 # redis-server: the service tests start a real one on loopback (the service itself needs
 # Redis only in distributed mode).
 APT_PKGS=(cmake ninja-build g++ ccache pkg-config nlohmann-json3-dev libcli11-dev libfmt-dev
-          libgtest-dev libseccomp-dev libssl-dev libhiredis-dev libcpp-httplib-dev libtomlplusplus-dev redis-server)
+          libgtest-dev libseccomp-dev libssl-dev libhiredis-dev libcpp-httplib-dev libtomlplusplus-dev libpcre2-dev redis-server)
 missing=()
 for p in "${APT_PKGS[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -22,8 +23,9 @@ fi
 PY=${PYTHON:-python3}
 need_pip=0
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] == "2.11.0" else 1)' 2>/dev/null || need_pip=1
-"$PY" -c 'import numpy, pytest' 2>/dev/null || need_pip=1
+"$PY" -c 'import numpy, pytest, tokenizers' 2>/dev/null || need_pip=1
 if [ $need_pip = 1 ]; then
-  echo "setup: installing Python packages (torch==2.11.0, numpy, pytest)"
-  "$PY" -m pip install -q torch==2.11.0 numpy pytest
+  # tokenizers: the reference the C++ tokenizer's tests compare against.
+  echo "setup: installing Python packages (torch==2.11.0, numpy, pytest, tokenizers)"
+  "$PY" -m pip install -q torch==2.11.0 numpy pytest tokenizers
 fi

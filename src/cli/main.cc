@@ -25,6 +25,7 @@
 #include "cli/run_options.h"
 #include "cli/serve_commands.h"
 #include "cli/synth_command.h"
+#include "cli/tokenize_command.h"
 
 namespace {
 
@@ -216,6 +217,7 @@ int main(int argc, char** argv) {
 
   ServeCommands serve_cmds(app);
   SynthCommand synth_cmd(app);
+  TokenizeCommand tokenize_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -225,6 +227,7 @@ int main(int argc, char** argv) {
   try {
     if (auto rc = serve_cmds.run()) return *rc;
     if (auto rc = synth_cmd.run()) return *rc;
+    if (auto rc = tokenize_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {
