@@ -48,6 +48,10 @@ std::vector<std::string> op_families() {
   return {f.begin(), f.end()};
 }
 
+std::string call_module(const nlohmann::json&, const std::vector<std::string>& args, const std::string& self_attr) {
+  return self_attr + "(" + args.at(0) + ")";
+}
+
 std::string lit(int64_t v) { return std::to_string(v) + "LL"; }
 
 std::string flit(double v) {

@@ -88,6 +88,8 @@ void register_conv_ops(std::map<std::string, OpDef>& lib);       // convolutions
 void register_index_ops(std::map<std::string, OpDef>& lib);      // gather, embedding, attention, layout
 
 // Helpers shared by the family files.
+// py_call of ops that are nn modules: "self.<attr>(x)".
+std::string call_module(const nlohmann::json& p, const std::vector<std::string>& args, const std::string& self_attr);
 std::string lit(int64_t v);                       // "128LL"
 std::string flit(double v);                       // "0.5f" spelled exactly
 std::string dlit(double v);                       // "0.5" (double, 17 digits)

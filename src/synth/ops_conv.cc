@@ -97,9 +97,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     if (p.value("dil", 1) != 1) s += ", dilation=" + std::to_string(p["dil"].get<int64_t>());
     return s + ")";
   };
-  d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-    return self + "(" + a[0] + ")";
-  };
+  d.py_call = call_module;
   d.cost = [nd](const nlohmann::json& p, const std::vector<TensorType>& in, const TensorType& out) {
     int64_t kv = 1;
     for (auto k : vec(p, "k", nd, 1)) kv *= k;
@@ -193,9 +191,7 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     if (p.value("pad", 0) != 0) s += ", padding=" + std::to_string(p["pad"].get<int64_t>());
     return s + ")";
   };
-  d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-    return self + "(" + a[0] + ")";
-  };
+  d.py_call = call_module;
   d.cost = [nd](const nlohmann::json& p, const std::vector<TensorType>& in, const TensorType& out) {
     double kv = 1;
     for (int i = 0; i < nd; ++i) kv *= p.at("k").get<double>();

@@ -104,9 +104,7 @@ void add_embedding(std::map<std::string, OpDef>& lib) {
   d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>&) {
     return "nn.Embedding(" + std::to_string(p.at("vocab").get<int64_t>()) + ", " + std::to_string(p.at("dim").get<int64_t>()) + ")";
   };
-  d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-    return self + "(" + a[0] + ")";
-  };
+  d.py_call = call_module;
   d.lower = [](const LowerCtx& c) {
     int64_t dim = c.out.shape.back();
     return gather_kernel(c.out.shape, "    STORE(o, s0[a0[o / " + lit(dim) + "] * " + lit(dim) + " + o % " + lit(dim) + "]);\n");

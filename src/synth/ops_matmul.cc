@@ -186,9 +186,7 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     return "nn.Linear(" + std::to_string(in[0].shape.back()) + ", " + std::to_string(p.at("out").get<int64_t>()) +
            (p.value("bias", true) ? "" : ", bias=False") + ")";
   };
-  d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-    return self + "(" + a[0] + ")";
-  };
+  d.py_call = call_module;
   d.cost = [](const nlohmann::json& p, const std::vector<TensorType>& in, const TensorType&) {
     int64_t k = in[0].shape.back();
     return gemm_cost(1, numel(in[0].shape) / k, p.at("out").get<int64_t>(), k);

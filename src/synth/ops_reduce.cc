@@ -294,9 +294,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       Shape s = norm_shape(p, in[0].shape);
       return "nn.LayerNorm(" + (s.size() == 1 ? std::to_string(s[0]) : "(" + py_shape(s) + ")") + ")";
     };
-    d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-      return self + "(" + a[0] + ")";
-    };
+    d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       int r = static_cast<int>(c.in[0].shape.size());
       RowIdx ri = row_idx(c.in[0].shape, r - c.n.p.at("dims").get<int>(), r);
@@ -318,9 +316,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     d.py_init = [](const nlohmann::json&, const std::vector<TensorType>& in) {
       return "nn.RMSNorm(" + std::to_string(in[0].shape.back()) + ", eps=1e-05)";
     };
-    d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-      return self + "(" + a[0] + ")";
-    };
+    d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       int r = static_cast<int>(c.in[0].shape.size());
       RowIdx ri = row_idx(c.in[0].shape, r - 1, r);
@@ -354,9 +350,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       std::string k = r <= 3 ? "1d" : r == 4 ? "2d" : "3d";
       return "nn.BatchNorm" + k + "(" + std::to_string(in[0].shape[1]) + ")";
     };
-    d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-      return self + "(" + a[0] + ")";
-    };
+    d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       RowIdx ri = channel_rows(c.in[0].shape);
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "s0[row]", "s1[row]", 1e-5, false));
@@ -393,9 +387,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
       return "nn.GroupNorm(" + std::to_string(p.at("groups").get<int64_t>()) + ", " + std::to_string(in[0].shape[1]) + ")";
     };
-    d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-      return self + "(" + a[0] + ")";
-    };
+    d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       const Shape& s = c.in[0].shape;
       int64_t g = c.n.p.at("groups").get<int64_t>(), sp = 1;
@@ -422,9 +414,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       size_t r = in[0].shape.size();
       return "nn.InstanceNorm" + std::to_string(r - 2) + "d(" + std::to_string(in[0].shape[1]) + ")";
     };
-    d.py_call = [](const nlohmann::json&, const std::vector<std::string>& a, const std::string& self) {
-      return self + "(" + a[0] + ")";
-    };
+    d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       RowIdx ri = row_idx(c.in[0].shape, 2, static_cast<int>(c.in[0].shape.size()));
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "", "", 1e-5, false));
