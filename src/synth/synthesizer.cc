@@ -115,6 +115,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
   MC_CHECK(o.verify == "gpu" || o.verify == "compile" || o.verify == "none",
            "--verify must be gpu, compile or none, got '", o.verify, "'");
   MC_CHECK(o.order == "curriculum" || o.order == "generation", "--order must be curriculum or generation");
+  MC_CHECK(!(o.evaluator.device == "cpu" && o.verify == "gpu"),
+           "--verify gpu runs CUDA kernels and needs --device cuda; on the CPU use --verify compile or none");
   bool llm = o.teacher != "builtin" && o.teacher != "none";
   MC_CHECK(!llm || !o.teacher_model.empty(), "an LLM teacher (--teacher URL) needs --teacher-model");
   if (!o.decontaminate_dir.empty())

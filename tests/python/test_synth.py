@@ -113,6 +113,7 @@ def test_same_seed_same_dataset_other_seed_other(tmp_path):
     (["--weights", "/nonexistent.toml"], "--weights: no file"),
     (["--decontaminate", "/nonexistent"], "--decontaminate: no folder"),
     (["--teacher", "http://127.0.0.1:9"], "needs --teacher-model"),
+    (["--verify", "gpu", "--device", "cpu"], "needs --device cuda"),
 ])
 def test_bad_configs_are_named(tmp_path, args, needle):
     r = synth(tmp_path / "x", *args, check=False)
