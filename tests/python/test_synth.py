@@ -113,12 +113,17 @@ def test_same_seed_same_dataset_other_seed_other(tmp_path):
     (["--weights", "/nonexistent.toml"], "--weights: no file"),
     (["--decontaminate", "/nonexistent"], "--decontaminate: no folder"),
     (["--teacher", "http://127.0.0.1:9"], "needs --teacher-model"),
-    (["--verify", "gpu", "--device", "cpu"], "needs --device cuda"),
 ])
 def test_bad_configs_are_named(tmp_path, args, needle):
     r = synth(tmp_path / "x", *args, check=False)
     assert r.returncode == 2
     assert needle in r.stderr, r.stderr
+
+
+def test_gpu_verification_on_a_cpu_device_is_refused(tmp_path):
+    r = subprocess.run([BINARY, "synth", "--out", str(tmp_path / "x"), "--verify", "gpu", "--device", "cpu"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "needs --device cuda" in r.stderr, r.stderr
 
 
 def test_bad_weights_file_is_named(tmp_path):
