@@ -13,6 +13,16 @@ def variant_for(trial):
     return VARIANTS[trial % len(VARIANTS)]
 
 
+def trial_schedule(seed, trials):
+    """(input seed, variant) of each correctness trial; the probe replays exactly these."""
+    return [(seed * 1000 + t + 1, variant_for(t)) for t in range(trials)]
+
+
+def timing_sets(problem, seed, k, device, dtype):
+    """The fresh native input sets rotated across timed iterations."""
+    return [make_inputs(problem, seed * 7777 + i, "native", device, dtype) for i in range(k)]
+
+
 def seed_all(seed):
     torch.manual_seed(seed)
     if torch.cuda.is_available():

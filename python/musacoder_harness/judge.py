@@ -113,11 +113,29 @@ class Judge:
             model = model.to(dtype)
         return model, init_inputs
 
+    def reference_run(self, model, prob, tseed, variant, dtype):
+        """One trial's inputs and reference outputs. Where the variant makes the reference
+        non-finite (log of negatives...), the problem's domain excludes it: native inputs
+        instead. Returns (inputs, outputs, variant used)."""
+        from .compare import flatten_outputs
+        from .inputs import make_inputs
+        torch = self.torch
+        inputs = make_inputs(prob, tseed, variant, self.device, dtype)
+        with torch.no_grad():
+            ref = model(*inputs)
+        if variant != "native" and not all(bool(torch.isfinite(r).all()) for r in flatten_outputs(ref)
+                                           if r.is_floating_point()):
+            variant = "native"
+            inputs = make_inputs(prob, tseed, variant, self.device, dtype)
+            with torch.no_grad():
+                ref = model(*inputs)
+        return inputs, ref, variant
+
     # ---- one candidate --------------------------------------------------------------------
     def evaluate(self, req):
         torch = self.torch
         from .compare import compare_outputs, degenerate, flatten_outputs
-        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, variant_for
+        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
         from .transport import describe, describe_value, open_tensor, share_value
         res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
                "torch_version": torch.__version__, "compile_path": "pool"}
@@ -134,9 +152,7 @@ class Judge:
             raise Infra(f"cannot load problem {req['problem_path']}: {type(e).__name__}: {e}")
         ref_model, init_inputs = self.reference_model(prob, seed, dtype)
         native = req["format"] == "native"
-        trial_inputs = []
-        for t in range(trials):
-            trial_inputs.append((seed * 1000 + t + 1, variant_for(t)))
+        trial_inputs = trial_schedule(seed, trials)
         stage_s = res["stage_s"] = {}  # seconds per stage, for the row's exec breakdown
         t_stage = time.monotonic()
 
@@ -183,16 +199,7 @@ class Judge:
                     new = redraw_parameters(ref_model, tseed)
                     redraw = [describe(p.detach(), share) for p in ref_model.state_dict().values()] \
                         if native else {n: describe(p.detach(), share) for n, p in new.items()}
-                inputs = make_inputs(prob, tseed, variant, self.device, dtype)
-                with torch.no_grad():
-                    ref = ref_model(*inputs)
-                if variant != "native" and not all(bool(torch.isfinite(r).all())
-                                                   for r in flatten_outputs(ref)
-                                                   if r.is_floating_point()):
-                    # This problem's domain excludes the variant (log of negatives...).
-                    inputs = make_inputs(prob, tseed, "native", self.device, dtype)
-                    with torch.no_grad():
-                        ref = ref_model(*inputs)
+                inputs, ref, _ = self.reference_run(ref_model, prob, tseed, variant, dtype)
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
                 t_part = part("reference", t_part)
@@ -291,11 +298,11 @@ class Judge:
     # ---- timing -----------------------------------------------------------------------------
     def _time(self, req, prob, ref_model, cand, res, dtype, seed):
         torch = self.torch
-        from .inputs import make_inputs
+        from .inputs import timing_sets
         from .transport import describe_value
         k = int(req.get("timing_input_sets", 3))
         budget = float(req.get("timing_budget_s", 2.0))
-        sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, dtype) for i in range(k)]
+        sets = timing_sets(prob, seed, k, self.device, dtype)
         with torch.no_grad():
             ref_outs = [ref_model(*s) for s in sets]
         res["reference_time"] = self.reference_time(req, prob, ref_model, sets)
@@ -390,14 +397,13 @@ class Judge:
         return st
 
     def baseline(self, req):
-        from .inputs import make_inputs
+        from .inputs import timing_sets
         torch = self.torch
         dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
         seed = int(req.get("seed", 42))
         prob = self.problem(req["problem_path"])
         model, _ = self.reference_model(prob, seed, dtype)
-        sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, dtype)
-                for i in range(int(req.get("timing_input_sets", 3)))]
+        sets = timing_sets(prob, seed, int(req.get("timing_input_sets", 3)), self.device, dtype)
         out = {"gpu": self.gpu, "torch_version": torch.__version__,
                "eager": self.reference_time(req, prob, model, sets)}
         if req.get("compile"):
@@ -412,7 +418,7 @@ class Judge:
         output is finite, not degenerate, varies with the seed and along every axis; and its
         eager time on this device."""
         from .compare import degenerate, flatten_outputs
-        from .inputs import make_inputs
+        from .inputs import make_inputs, timing_sets
         torch = self.torch
         f32 = torch.float32
         seed = int(req.get("seed", 42))
@@ -420,17 +426,14 @@ class Judge:
         try:
             prob = self.problem(req["problem_path"])
             with torch.no_grad():
-                def run(s, variant="native"):
-                    model, _ = self.reference_model(prob, s, f32)
-                    return model, flatten_outputs(model(*make_inputs(prob, s, variant, self.device, f32)))
                 model, _ = self.reference_model(prob, seed, f32)
                 x = make_inputs(prob, seed, "native", self.device, f32)
                 # The same model on the same inputs twice, without re-seeding in between:
                 # randomness in forward (dropout, rand) shows here; seeded re-runs would hide it.
                 a = flatten_outputs(model(*x))
                 b = flatten_outputs(model(*x))
-                _, c = run(seed + 1)
-                _, signed = run(seed, "signed")
+                other, _ = self.reference_model(prob, seed + 1, f32)
+                c = flatten_outputs(other(*make_inputs(prob, seed + 1, "native", self.device, f32)))
         except Exception as e:  # the problem itself fails: a verdict on the problem, not infra
             out["error"] = f"{type(e).__name__}: {e}"[:1000]
             return out
@@ -442,7 +445,6 @@ class Judge:
                 return bool(torch.allclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
             return bool(torch.equal(x, y))
         out["finite"] = all(bool(torch.isfinite(t).all()) for t in a if t.is_floating_point())
-        out["finite_signed"] = all(bool(torch.isfinite(t).all()) for t in signed if t.is_floating_point())
         # Far below any comparison tolerance: catches randomness in forward (dropout, rand), not
         # the last-bit differences of atomics in some cuDNN algorithms.
         out["deterministic"] = all(same(x, y, 1e-5, 1e-6) for x, y in zip(a, b))
@@ -463,8 +465,7 @@ class Judge:
                                                     int(req.get("trials", 5)),
                                                     float(req.get("atol", 1e-4)), float(req.get("rtol", 1e-4)))
         if req.get("timing", True) and out["finite"]:
-            sets = [make_inputs(prob, seed * 7777 + i, "native", self.device, f32)
-                    for i in range(int(req.get("timing_input_sets", 2)))]
+            sets = timing_sets(prob, seed, int(req.get("timing_input_sets", 2)), self.device, f32)
             out["eager"] = self.reference_time(req, prob, model, sets)
         return out
 
@@ -476,7 +477,7 @@ class Judge:
         would reward luck, not kernels."""
         import copy
         from .compare import compare_outputs, flatten_outputs
-        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, variant_for
+        from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
         torch = self.torch
         bad = []
         try:
@@ -484,17 +485,13 @@ class Judge:
         except Exception as e:
             return [{"variant": "native", "error": f"{type(e).__name__}: {e}"[:300]}]
         with torch.no_grad():
-            for t in range(trials):
-                tseed, variant = seed * 1000 + t + 1, variant_for(t)
+            for t, (tseed, variant) in enumerate(trial_schedule(seed, trials)):
                 try:
                     if t in REDRAW_TRIALS:
                         redraw_parameters(m32, tseed)
                     m64 = copy.deepcopy(m32).to(torch.float64)
-                    o32 = flatten_outputs(m32(*make_inputs(prob, tseed, variant, self.device, torch.float32)))
-                    if variant != "native" and not all(bool(torch.isfinite(r).all()) for r in o32
-                                                       if r.is_floating_point()):
-                        variant = "native"  # the judge falls back to native inputs here
-                        o32 = flatten_outputs(m32(*make_inputs(prob, tseed, variant, self.device, torch.float32)))
+                    _, o32, variant = self.reference_run(m32, prob, tseed, variant, torch.float32)
+                    o32 = flatten_outputs(o32)
                     o64 = flatten_outputs(m64(*make_inputs(prob, tseed, variant, self.device, torch.float64)))
                 except Exception as e:
                     bad.append({"trial": t, "variant": variant, "error": f"{type(e).__name__}: {e}"[:300]})

@@ -7,12 +7,16 @@
 
 namespace mc::synth {
 
-std::vector<eval::EvalResult> verify_all(eval::Evaluator& ev, std::vector<eval::Candidate> cands) {
+std::vector<eval::EvalResult> verify_all(eval::Evaluator& ev, std::vector<eval::Candidate> cands,
+                                         const std::function<void(size_t)>& on_each) {
   std::vector<std::promise<eval::EvalResult>> ps(cands.size());
   std::vector<std::future<eval::EvalResult>> fs;
   for (auto& p : ps) fs.push_back(p.get_future());
   for (size_t i = 0; i < cands.size(); ++i)
-    ev.submit(std::move(cands[i]), [&ps, i](eval::EvalResult r) { ps[i].set_value(std::move(r)); });
+    ev.submit(std::move(cands[i]), [&ps, &on_each, i](eval::EvalResult r) {
+      if (on_each) on_each(i);
+      ps[i].set_value(std::move(r));
+    });
   std::vector<eval::EvalResult> out;
   for (auto& f : fs) out.push_back(f.get());
   return out;

@@ -34,8 +34,10 @@ struct LlmTeacherResult {
   std::string error;  // the endpoint failed (infra: the problem is not counted as unsolved)
 };
 
-// Verifies candidates through `ev` (blocking); results in order.
-std::vector<eval::EvalResult> verify_all(eval::Evaluator& ev, std::vector<eval::Candidate> cands);
+// Verifies candidates through `ev` (blocking); results in order. `on_each(i)` is called as
+// candidate i finishes (from a pipeline thread).
+std::vector<eval::EvalResult> verify_all(eval::Evaluator& ev, std::vector<eval::Candidate> cands,
+                                         const std::function<void(size_t)>& on_each = {});
 
 LlmTeacherResult llm_teach(const LlmTeacherOptions& opts, llm::OpenAIClient& client, eval::Evaluator& ev,
                            const Graph& g, const eval::ProblemPtr& problem);

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <future>
 #include <atomic>
 #include <mutex>
 #include <set>
@@ -282,16 +281,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
     }
     if (o.verify != "none" && !cands.empty()) {
       ProgressBar bar("verify", cands.size(), o.progress);
-      std::vector<eval::EvalResult> results(cands.size());
-      std::vector<std::promise<void>> done(cands.size());
-      auto& e = evaluator(cfg);
-      for (size_t i = 0; i < cands.size(); ++i)
-        e.submit(cands[i], [&, i](eval::EvalResult r) {
-          results[i] = std::move(r);
-          bar.advance(1, owner[i].first->title);
-          done[i].set_value();
-        });
-      for (auto& d : done) d.get_future().wait();
+      std::vector<eval::EvalResult> results =
+          verify_all(evaluator(cfg), cands, [&](size_t i) { bar.advance(1, owner[i].first->title); });
       for (size_t i = 0; i < cands.size(); ++i) {
         auto& [it, f] = owner[i];
         const eval::EvalResult& r = results[i];
