@@ -158,7 +158,13 @@ std::vector<std::string> body_tokens(const std::vector<std::string>& t) {
 }  // namespace
 
 Decontaminator::Decontaminator(std::vector<ProblemTrace> benchmark, DecontaminationOptions opts)
-    : bench_(std::move(benchmark)), opts_(opts) {}
+    : bench_(std::move(benchmark)), opts_(opts) {
+  for (size_t i = 0; i < bench_.size(); ++i) {
+    const ProblemTrace& b = bench_[i];
+    bench_bigrams_.push_back(ngrams(b.op_sequence, 2));
+    bench_grams_.push_back(ngrams(body_tokens(b.tokens), 5));
+  }
+}
 
 size_t Decontaminator::untraced() const {
   size_t n = 0;
@@ -169,7 +175,8 @@ size_t Decontaminator::untraced() const {
 std::optional<Contamination> Decontaminator::check(const ProblemTrace& t, int compute_ops) const {
   auto t_grams = ngrams(body_tokens(t.tokens), 5);
   auto t_bigrams = ngrams(t.op_sequence, 2);
-  for (const auto& b : bench_) {
+  for (size_t i = 0; i < bench_.size(); ++i) {
+    const ProblemTrace& b = bench_[i];
     if (t.traced && b.traced) {
       bool multi = compute_ops >= 2;
       if (t.graph_key == b.graph_key && (multi || t.input_shapes == b.input_shapes))
@@ -178,14 +185,14 @@ std::optional<Contamination> Decontaminator::check(const ProblemTrace& t, int co
         return Contamination{"near_copy", b.path, "same op sequence, every input dim within " +
                                                       std::to_string(opts_.shape_factor).substr(0, 3) + "x"};
       if (compute_ops >= 3 && t.op_sequence.size() >= 3 && b.op_sequence.size() >= 3) {
-        double s = jaccard(t_bigrams, ngrams(b.op_sequence, 2));
+        double s = jaccard(t_bigrams, bench_bigrams_[i]);
         if (s >= opts_.graph_similarity)
           return Contamination{"near_graph", b.path, "op-bigram similarity " + std::to_string(s).substr(0, 4)};
       }
     }
     if (t.traced && b.traced) continue;
     // Fallback for a side that cannot be traced: the normalized source.
-    double s = jaccard(t_grams, ngrams(body_tokens(b.tokens), 5));
+    double s = jaccard(t_grams, bench_grams_[i]);
     if (s >= opts_.source_similarity)
       return Contamination{"near_source", b.path, "source similarity " + std::to_string(s).substr(0, 4)};
   }

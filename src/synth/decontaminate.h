@@ -16,6 +16,7 @@
 #pragma once
 
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,8 @@ class Decontaminator {
 
  private:
   std::vector<ProblemTrace> bench_;
+  // Per benchmark problem, computed once: ATen op bigrams and Model-class source 5-grams.
+  std::vector<std::multiset<std::string>> bench_bigrams_, bench_grams_;
   DecontaminationOptions opts_;
 };
 
