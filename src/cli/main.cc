@@ -26,6 +26,9 @@
 #include "cli/serve_commands.h"
 #include "cli/synth_command.h"
 #include "cli/tokenize_command.h"
+#ifdef MUSACODER_WITH_TORCH
+#include "cli/model_commands.h"
+#endif
 
 namespace {
 
@@ -218,6 +221,9 @@ int main(int argc, char** argv) {
   ServeCommands serve_cmds(app);
   SynthCommand synth_cmd(app);
   TokenizeCommand tokenize_cmd(app);
+#ifdef MUSACODER_WITH_TORCH
+  ModelCommands model_cmds(app);
+#endif
 
   try {
     app.parse(argc, argv);
@@ -228,6 +234,9 @@ int main(int argc, char** argv) {
     if (auto rc = serve_cmds.run()) return *rc;
     if (auto rc = synth_cmd.run()) return *rc;
     if (auto rc = tokenize_cmd.run()) return *rc;
+#ifdef MUSACODER_WITH_TORCH
+    if (auto rc = model_cmds.run()) return *rc;
+#endif
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {

@@ -1,0 +1,406 @@
+#include "cli/model_commands.h"
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <ATen/Context.h>
+#include <c10/core/InferenceMode.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#ifdef MUSACODER_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
+#include "common/check.h"
+#include "common/progress.h"
+#include "generate/engine.h"
+#include "generate/openai_server.h"
+#include "model/qwen_model.h"
+#include "model/safetensors.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
+
+namespace mc::cli {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+struct ModelArgs {
+  std::string dir, device = "auto", dtype = "auto";
+  void add(CLI::App* cmd) {
+    cmd->add_option("--model", dir, "Hugging Face model directory (config.json, *.safetensors, tokenizer.json)")->required();
+    cmd->add_option("--device", device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+    cmd->add_option("--dtype", dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32")->capture_default_str();
+  }
+};
+
+c10::Device parse_device(const std::string& s) {
+  bool cuda = at::globalContext().hasCUDA();
+  if (s == "auto") return cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (s == "cpu") return c10::Device(c10::kCPU);
+  MC_CHECK(s == "cuda" || s.rfind("cuda:", 0) == 0, "--device must be auto, cpu, cuda or cuda:N, got \"", s, "\"");
+  MC_CHECK(cuda, "--device ", s, ": no CUDA device is available here");
+  return c10::Device(s == "cuda" ? "cuda:0" : s);
+}
+
+c10::ScalarType parse_dtype(const std::string& s) {
+  if (s == "auto") return c10::ScalarType::Undefined;
+  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
+  if (s == "fp16" || s == "float16") return at::kHalf;
+  if (s == "fp32" || s == "float32") return at::kFloat;
+  throw Error(str_cat("--dtype must be auto, bf16, fp16 or fp32, got \"", s, "\""));
+}
+
+std::optional<tok::BpeTokenizer> load_tokenizer(const std::string& dir) {
+  auto path = fs::path(dir) / "tokenizer.json";
+  if (!fs::exists(path)) return std::nullopt;
+  return tok::BpeTokenizer::from_file(path.string());
+}
+
+std::vector<json> read_jsonl(const std::string& path) {
+  std::ifstream in(path);
+  MC_CHECK(in, "cannot read ", path);
+  std::vector<json> rows;
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      rows.push_back(json::parse(line));
+    } catch (const std::exception& e) {
+      throw Error(fmt::format("{}:{}: not JSON: {}", path, n, e.what()));
+    }
+    MC_CHECK(rows.back().is_object(), path, ":", n, ": expected a JSON object");
+  }
+  return rows;
+}
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string peak_memory(c10::Device d) {
+#ifdef MUSACODER_CUDA
+  if (d.is_cuda()) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+    return fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved", st.allocated_bytes[agg].peak / 1073741824.0,
+                       st.reserved_bytes[agg].peak / 1073741824.0);
+  }
+#endif
+  return "n/a (CPU)";
+}
+
+double peak_gib(c10::Device d) {
+#ifdef MUSACODER_CUDA
+  if (d.is_cuda()) {
+    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
+    return st.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak / 1073741824.0;
+  }
+#endif
+  return 0;
+}
+
+}  // namespace
+
+struct ModelCommands::Impl {
+  // generate
+  CLI::App* gen = nullptr;
+  ModelArgs gm;
+  std::string prompt, prompts_file, out, system;
+  gen::SamplingParams sp;
+  uint64_t seed = 0;
+  bool has_seed = false, chat = false, no_progress = false, no_graphs = false;
+  int64_t max_batch = 256, max_seq_len = 0;
+  std::string stats_file;
+
+  // score
+  CLI::App* score = nullptr;
+  ModelArgs sm;
+  std::string score_in, score_out, logits_file;
+  double score_temp = 1.0;
+
+  // convert
+  CLI::App* conv = nullptr;
+  std::string conv_in, conv_out, conv_dtype = "bf16";
+  double shard_gb = 0;
+
+  // serve-model
+  CLI::App* serve = nullptr;
+  ModelArgs vm;
+  gen::ModelServerOptions so;
+  int64_t serve_batch = 128, serve_len = 4096;
+
+  int run_generate();
+  int run_score();
+  int run_convert();
+  int run_serve();
+};
+
+ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.gen = app.add_subcommand("generate", "sample completions from a Qwen2/Qwen3 model (JSONL with tokens, text, log-probs)");
+  m.gm.add(m.gen);
+  auto* src = m.gen->add_option_group("prompts");
+  src->add_option("--prompt", m.prompt, "one prompt");
+  src->add_option("--prompts", m.prompts_file,
+                  "JSONL: {\"prompt\": text} | {\"messages\": [...]} | {\"prompt_ids\": [...]} per line (optional \"id\")");
+  src->require_option(1);
+  m.gen->add_option("--n", m.sp.n, "samples per prompt")->capture_default_str();
+  m.gen->add_option("--temperature", m.sp.temperature, "0 = greedy")->capture_default_str();
+  m.gen->add_option("--top-p", m.sp.top_p, "nucleus sampling")->capture_default_str();
+  m.gen->add_option("--top-k", m.sp.top_k, "0 = off")->capture_default_str();
+  m.gen->add_option("--max-new-tokens", m.sp.max_new_tokens, "per sample")->capture_default_str();
+  m.gen->add_option("--seed", m.seed, "seed (per prompt: seed + prompt index)")->each([&m](const std::string&) { m.has_seed = true; });
+  m.gen->add_option("--stop", m.sp.stop, "stop string (repeatable)");
+  m.gen->add_option("--stop-token-id", m.sp.stop_token_ids, "stop token id (repeatable)");
+  m.gen->add_flag("--ignore-eos", m.sp.ignore_eos, "do not stop at the model's EOS tokens");
+  m.gen->add_flag("--chat", m.chat, "wrap text prompts in ChatML as a user turn (stops at <|im_end|>)");
+  m.gen->add_option("--system", m.system, "system turn for --chat");
+  m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();
+  m.gen->add_option("--max-seq-len", m.max_seq_len, "cache length per sequence (0: longest prompt + max new tokens)");
+  m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
+  m.gen->add_option("--stats", m.stats_file, "write throughput and memory as JSON here");
+  m.gen->add_flag("--no-progress", m.no_progress, "no progress bar");
+
+  m.score = app.add_subcommand("score", "per-token log-probs of given sequences (what RL ratios need)");
+  m.sm.add(m.score);
+  m.score->add_option("--input", m.score_in, "JSONL: {\"ids\": [...]} or {\"text\": ...} per line")->required();
+  m.score->add_option("--output", m.score_out, "JSONL: {\"logprobs\": [...], \"sum\": x} per line")->required();
+  m.score->add_option("--temperature", m.score_temp, "log softmax(logits / T)")->capture_default_str();
+  m.score->add_option("--logits", m.logits_file, "also write each line's full logits (fp32) to this .safetensors");
+
+  m.conv = app.add_subcommand("convert", "re-save a model directory (dtype, shards) in Hugging Face format");
+  m.conv->add_option("--model", m.conv_in, "source model directory")->required();
+  m.conv->add_option("--out", m.conv_out, "destination directory")->required();
+  m.conv->add_option("--dtype", m.conv_dtype, "bf16, fp16 or fp32")->capture_default_str();
+  m.conv->add_option("--max-shard-gb", m.shard_gb, "shard size limit in GB (0: one file)")->capture_default_str();
+
+  m.serve = app.add_subcommand("serve-model", "OpenAI-compatible /v1/completions and /v1/chat/completions");
+  m.vm.add(m.serve);
+  m.serve->add_option("--host", m.so.host, "address to listen on")->capture_default_str();
+  m.serve->add_option("--port", m.so.port, "port (0: any free one, printed)")->capture_default_str();
+  m.serve->add_option("--served-model-name", m.so.model_name, "the name /v1/models reports")->capture_default_str();
+  m.serve->add_option("--max-batch", m.serve_batch, "sequences decoded at once")->capture_default_str();
+  m.serve->add_option("--max-seq-len", m.serve_len, "prompt + completion tokens per sequence")->capture_default_str();
+  m.serve->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+}
+
+ModelCommands::~ModelCommands() = default;
+
+std::optional<int> ModelCommands::run() {
+  Impl& m = *impl_;
+  if (*m.gen) return m.run_generate();
+  if (*m.score) return m.run_score();
+  if (*m.conv) return m.run_convert();
+  if (*m.serve) return m.run_serve();
+  return std::nullopt;
+}
+
+int ModelCommands::Impl::run_generate() {
+  auto device = parse_device(gm.device);
+  auto tokenizer = load_tokenizer(gm.dir);
+  auto model = model::QwenModel::load(gm.dir, device, parse_dtype(gm.dtype));
+  // Prompts -> token ids.
+  struct Item {
+    json id;
+    std::vector<int32_t> ids;
+  };
+  std::vector<Item> items;
+  auto need_tok = [&](const std::string& where) {
+    MC_CHECK(tokenizer, where, ": text prompts need ", gm.dir, "/tokenizer.json (or give prompt_ids)");
+  };
+  auto text_ids = [&](const std::string& text, const std::string& where) {
+    need_tok(where);
+    if (!chat) return tokenizer->encode(text);
+    std::vector<tok::ChatTurn> turns;
+    if (!system.empty()) turns.push_back({"system", system});
+    turns.push_back({"user", text});
+    return tokenizer->encode(tok::render_chatml(turns, true));
+  };
+  if (!prompt.empty()) {
+    items.push_back({nullptr, text_ids(prompt, "--prompt")});
+  } else {
+    auto rows = read_jsonl(prompts_file);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const json& r = rows[i];
+      std::string where = fmt::format("{}:{}", prompts_file, i + 1);
+      Item it{r.value("id", json(nullptr)), {}};
+      if (r.contains("prompt_ids")) {
+        it.ids = r["prompt_ids"].get<std::vector<int32_t>>();
+      } else if (r.contains("messages")) {
+        need_tok(where);
+        std::vector<tok::ChatTurn> turns;
+        for (const auto& t : r["messages"]) {
+          MC_CHECK(t.contains("role") && t.contains("content"), where, ": each message needs role and content");
+          turns.push_back({t["role"], t["content"]});
+        }
+        it.ids = tokenizer->encode(tok::render_chatml(turns, true));
+      } else {
+        MC_CHECK(r.contains("prompt") && r["prompt"].is_string(), where,
+                 ": expected \"prompt\" (string), \"messages\" or \"prompt_ids\"");
+        it.ids = text_ids(r["prompt"], where);
+      }
+      items.push_back(std::move(it));
+    }
+  }
+  MC_CHECK(!items.empty(), "no prompts");
+  if (chat || (!prompts_file.empty() && tokenizer && tokenizer->token_to_id("<|im_end|>") >= 0)) {
+    int32_t im_end = tokenizer ? tokenizer->token_to_id("<|im_end|>") : -1;
+    if (chat && im_end >= 0) sp.stop_token_ids.push_back(im_end);
+  }
+  int64_t longest = 0;
+  for (const auto& it : items) longest = std::max<int64_t>(longest, it.ids.size());
+  gen::EngineOptions eo;
+  eo.max_batch = max_batch;
+  eo.max_seq_len = max_seq_len > 0 ? max_seq_len : longest + sp.max_new_tokens;
+  eo.cuda_graphs = !no_graphs;
+  gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
+  std::vector<gen::GenerationRequest> reqs;
+  for (size_t i = 0; i < items.size(); ++i) {
+    gen::GenerationRequest r{items[i].ids, sp};
+    if (has_seed) r.params.seed = seed + i;
+    reqs.push_back(std::move(r));
+  }
+  int64_t budget = 0;
+  for (const auto& r : reqs) budget += int64_t{r.params.n} * r.params.max_new_tokens;
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<gen::Completion>> results;
+  {
+    ProgressBar bar("generate (tokens)", budget, !no_progress);
+    results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); });
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::ofstream file;
+  if (!out.empty()) {
+    file.open(out, std::ios::binary);
+    MC_CHECK(file, "cannot write ", out);
+  }
+  std::ostream& os = out.empty() ? std::cout : file;
+  int64_t samples = 0;
+  for (size_t i = 0; i < results.size(); ++i)
+    for (size_t j = 0; j < results[i].size(); ++j) {
+      const auto& c = results[i][j];
+      json row{{"index", i}, {"sample", j}, {"prompt_tokens", items[i].ids.size()}, {"tokens", c.tokens},
+               {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
+      if (!items[i].id.is_null()) row["id"] = items[i].id;
+      if (tokenizer) row["text"] = c.text;
+      os << dump(row) << "\n";
+      ++samples;
+    }
+  const auto& st = engine.stats();
+  double tps = st.generated_tokens / secs;
+  fmt::print(stderr,
+             "\n{:<22}{}\n{:<22}{}\n{:<22}{} generated, {} prompt\n{:<22}{:.2f}\n{:<22}{:.0f}\n{:<22}{} decode steps, {} "
+             "prefills, {} CUDA graphs\n{:<22}{}\n",
+             "prompts", items.size(), "samples", samples, "tokens", st.generated_tokens, st.prompt_tokens, "seconds", secs,
+             "tokens/s", tps, "engine", st.decode_steps, st.prefill_calls, st.graphs_captured, "peak GPU memory",
+             peak_memory(device));
+  if (!stats_file.empty()) {
+    json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
+           {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
+           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured}, {"peak_reserved_gib", peak_gib(device)},
+           {"device", device.str()}, {"max_batch", max_batch}};
+    std::ofstream(stats_file) << s.dump(2) << "\n";
+  }
+  return 0;
+}
+
+int ModelCommands::Impl::run_score() {
+  auto device = parse_device(sm.device);
+  auto tokenizer = load_tokenizer(sm.dir);
+  auto model = model::QwenModel::load(sm.dir, device, parse_dtype(sm.dtype));
+  auto rows = read_jsonl(score_in);
+  std::ofstream os(score_out, std::ios::binary);
+  MC_CHECK(os, "cannot write ", score_out);
+  std::vector<at::Tensor> keep;  // logits kept alive for the safetensors writer
+  std::vector<model::TensorView> views;
+  c10::InferenceMode no_grad;
+  ProgressBar bar("score", rows.size(), true);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::vector<int32_t> ids;
+    if (rows[i].contains("ids")) {
+      ids = rows[i]["ids"].get<std::vector<int32_t>>();
+    } else {
+      MC_CHECK(rows[i].contains("text") && tokenizer, score_in, ":", i + 1,
+               ": expected \"ids\" (or \"text\" with a tokenizer.json in the model directory)");
+      ids = tokenizer->encode(rows[i]["text"].get<std::string>());
+    }
+    MC_CHECK(!ids.empty(), score_in, ":", i + 1, ": empty sequence");
+    for (int32_t id : ids)
+      MC_CHECK(id >= 0 && id < model.config().vocab_size, score_in, ":", i + 1, ": token id ", id,
+               " is outside the vocabulary (", model.config().vocab_size, ")");
+    auto t = at::tensor(std::vector<int64_t>(ids.begin(), ids.end())).unsqueeze(0);
+    auto lp = model.token_logprobs(t, score_temp).squeeze(0).cpu();
+    std::vector<float> v(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
+    double sum = 0;
+    for (float x : v) sum += x;
+    os << dump({{"logprobs", v}, {"sum", sum}, {"tokens", ids.size()}}) << "\n";
+    if (!logits_file.empty()) {
+      keep.push_back(model.forward(t).squeeze(0).to(at::kCPU, at::kFloat).contiguous());
+      model::TensorView tv;
+      tv.name = fmt::format("logits.{}", i);
+      tv.dtype = model::DType::kF32;
+      tv.shape = keep.back().sizes().vec();
+      tv.data = static_cast<const uint8_t*>(keep.back().data_ptr());
+      tv.nbytes = keep.back().nbytes();
+      views.push_back(tv);
+    }
+    bar.advance();
+  }
+  if (!logits_file.empty()) model::write_safetensors(logits_file, views);
+  return 0;
+}
+
+int ModelCommands::Impl::run_convert() {
+  auto dtype = parse_dtype(conv_dtype);
+  MC_CHECK(dtype != c10::ScalarType::Undefined, "--dtype must be bf16, fp16 or fp32");
+  MC_CHECK(fs::weakly_canonical(conv_in) != fs::weakly_canonical(conv_out), "--out must differ from --model");
+  // fp32 on the CPU: exact for every source dtype.
+  auto model = model::QwenModel::load(conv_in, c10::Device(c10::kCPU), at::kFloat);
+  model.save(conv_out, dtype, static_cast<int64_t>(shard_gb * 1e9));
+  // The tokenizer and generation settings travel with the weights.
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json", "special_tokens_map.json",
+                        "vocab.json", "merges.txt", "chat_template.jinja"})
+    if (fs::exists(fs::path(conv_in) / f))
+      fs::copy_file(fs::path(conv_in) / f, fs::path(conv_out) / f, fs::copy_options::overwrite_existing);
+  fmt::print(stderr, "wrote {} ({}, {} tensors)\n", conv_out, conv_dtype, model.named_parameters().size());
+  return 0;
+}
+
+namespace {
+gen::OpenAIServer* g_server = nullptr;
+void on_signal(int) {
+  if (g_server) g_server->stop();
+}
+}  // namespace
+
+int ModelCommands::Impl::run_serve() {
+  auto device = parse_device(vm.device);
+  auto tokenizer = load_tokenizer(vm.dir);
+  MC_CHECK(tokenizer, "serve-model needs ", vm.dir, "/tokenizer.json");
+  auto model = model::QwenModel::load(vm.dir, device, parse_dtype(vm.dtype));
+  gen::EngineOptions eo;
+  eo.max_batch = serve_batch;
+  eo.max_seq_len = std::min<int64_t>(serve_len, model.config().max_position_embeddings);
+  eo.cuda_graphs = !no_graphs;
+  gen::GenerationEngine engine(model, &*tokenizer, eo);
+  gen::OpenAIServer server(engine, *tokenizer, so);
+  int port = server.bind();
+  g_server = &server;
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  fmt::print("serving {} on http://{}:{}/v1 ({} on {})\n", so.model_name, so.host, port, model.config().architecture,
+             device.str());
+  std::fflush(stdout);
+  server.serve();
+  engine.stop();
+  g_server = nullptr;
+  return 0;
+}
+
+}  // namespace mc::cli

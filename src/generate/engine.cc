@@ -1,0 +1,382 @@
+#include "generate/engine.h"
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <set>
+
+#include "common/check.h"
+#include "generate/counter_rng.h"
+#include "generate/sampler.h"
+#ifdef MUSACODER_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace mc::gen {
+namespace {
+
+// Spans attended by the decode step are rounded up to this many positions, so that one graph
+// serves many steps while little attention work is wasted on unused cache positions.
+constexpr int64_t kSpanQuantum = 128;
+
+int64_t next_pow2(int64_t x) {
+  int64_t p = 1;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+}  // namespace
+
+struct Pending {
+  GenerationRequest req;
+  uint64_t seed = 0;
+  std::vector<Completion> results;
+  int remaining = 0;
+  std::promise<std::vector<Completion>> promise;
+  std::exception_ptr error;
+};
+
+struct Seq {
+  std::shared_ptr<Pending> owner;
+  int sample = 0;
+  int64_t slot = 0;
+  int64_t pos = 0;        // where `last` is written by the next decode step
+  int32_t last = 0;       // the most recently sampled token
+  uint64_t seed = 0;
+  Completion c;
+  std::string bytes;      // decoded so far, for stop strings
+};
+
+struct GenerationEngine::Impl {
+  const model::QwenModel& model;
+  const tok::BpeTokenizer* tok;
+  EngineOptions opts;
+  EngineStats& stats;
+  model::KvCache cache;
+  std::set<int64_t> free_slots;
+  std::vector<std::unique_ptr<Seq>> running;  // by slot
+  int64_t num_running = 0;
+  std::deque<std::shared_ptr<Pending>> waiting;
+  std::vector<int32_t> eos;
+  at::Tensor tokens_buf, pos_buf, logits_buf;
+  bool graphs = false;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::thread worker;
+  bool stopping = false;
+
+#ifdef MUSACODER_CUDA
+  std::optional<c10::cuda::CUDAStream> stream;
+  decltype(at::cuda::graph_pool_handle()) pool{0, 0};
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<at::cuda::CUDAGraph>> captured;
+#endif
+
+  Impl(const model::QwenModel& m, const tok::BpeTokenizer* t, EngineOptions o, EngineStats& s)
+      : model(m), tok(t), opts(o), stats(s) {
+    cache = model.make_cache(opts.max_batch, opts.max_seq_len);
+    for (int64_t i = 0; i < opts.max_batch; ++i) free_slots.insert(i);
+    running.resize(opts.max_batch);
+    eos = model.config().eos_token_ids;
+    auto dev = at::TensorOptions().device(model.device());
+    tokens_buf = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
+    pos_buf = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
+    logits_buf = at::empty({opts.max_batch, model.config().vocab_size}, dev.dtype(model.dtype()));
+#ifdef MUSACODER_CUDA
+    if (model.device().is_cuda()) {
+      stream = at::cuda::getStreamFromPool(/*isHighPriority=*/false, model.device().index());
+      graphs = opts.cuda_graphs;
+      if (graphs) pool = at::cuda::graph_pool_handle();
+    }
+#endif
+  }
+
+  // --- finishing --------------------------------------------------------------------------
+  void finish(Seq& s, const char* reason, size_t text_bytes) {
+    s.c.finish_reason = reason;
+    if (tok) s.c.text = s.bytes.substr(0, text_bytes);
+    Pending& p = *s.owner;
+    p.results[s.sample] = std::move(s.c);
+    if (--p.remaining == 0) p.promise.set_value(std::move(p.results));
+    free_slots.insert(s.slot);
+    running[s.slot].reset();
+    --num_running;
+  }
+
+  // Appends a sampled token; retires the sequence when it is done.
+  void accept(Seq& s, int32_t token, float logprob) {
+    const SamplingParams& sp = s.owner->req.params;
+    s.c.tokens.push_back(token);
+    s.c.logprobs.push_back(logprob);
+    s.last = token;
+    ++stats.generated_tokens;
+    bool stop_token = std::find(sp.stop_token_ids.begin(), sp.stop_token_ids.end(), token) != sp.stop_token_ids.end() ||
+                      (!sp.ignore_eos && std::find(eos.begin(), eos.end(), token) != eos.end());
+    if (stop_token) return finish(s, "stop", s.bytes.size());
+    if (tok) {
+      size_t before = s.bytes.size();
+      s.bytes += tok->decode({token});
+      for (const auto& stop : sp.stop) {
+        size_t from = before >= stop.size() ? before - stop.size() + 1 : 0;
+        size_t at = s.bytes.find(stop, from);
+        if (at != std::string::npos) return finish(s, "stop", at);
+      }
+    }
+    if (static_cast<int>(s.c.tokens.size()) >= sp.max_new_tokens) return finish(s, "length", s.bytes.size());
+  }
+
+  SamplerBatch sampler_batch(const std::vector<Seq*>& rows) {
+    const int64_t n = rows.size();
+    auto temp = at::zeros({n}, at::kFloat), top_p = at::ones({n}, at::kFloat);
+    auto top_k = at::zeros({n}, at::kLong), seed = at::zeros({n}, at::kLong), step = at::zeros({n}, at::kLong);
+    SamplerBatch b;
+    for (int64_t i = 0; i < n; ++i) {
+      if (!rows[i]) continue;
+      const SamplingParams& sp = rows[i]->owner->req.params;
+      temp[i] = sp.temperature;
+      top_p[i] = sp.top_p;
+      top_k[i] = static_cast<int64_t>(sp.top_k);
+      seed[i] = static_cast<int64_t>(rows[i]->seed);
+      step[i] = static_cast<int64_t>(rows[i]->c.tokens.size());
+      b.any_top_p |= sp.top_p < 1.0f && sp.temperature > 0;
+      b.any_top_k |= sp.top_k > 0 && sp.temperature > 0;
+    }
+    auto dev = model.device();
+    b.temperature = temp.to(dev);
+    b.top_p = top_p.to(dev);
+    b.top_k = top_k.to(dev);
+    b.seed = seed.to(dev);
+    b.step = step.to(dev);
+    return b;
+  }
+
+  // --- admission and prefill ----------------------------------------------------------------
+  bool admit() {
+    std::vector<std::shared_ptr<Pending>> batch;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      int64_t slots = free_slots.size(), longest = 0;
+      while (!waiting.empty()) {
+        auto& p = waiting.front();
+        int64_t len = p->req.prompt.size();
+        int64_t rows = batch.size() + 1, L = std::max(longest, len);
+        if (p->req.params.n > slots || (!batch.empty() && rows * L > opts.prefill_tokens)) break;
+        slots -= p->req.params.n;
+        longest = L;
+        batch.push_back(std::move(p));
+        waiting.pop_front();
+      }
+    }
+    if (batch.empty()) return false;
+    int64_t b = batch.size(), L = 0;
+    for (auto& p : batch) L = std::max<int64_t>(L, p->req.prompt.size());
+    auto ids = at::zeros({b, L}, at::kLong), lengths = at::zeros({b}, at::kLong);
+    std::vector<int64_t> rows, slots;
+    std::vector<Seq*> seqs;
+    for (int64_t r = 0; r < b; ++r) {
+      auto& p = batch[r];
+      auto acc = ids.accessor<int64_t, 2>();
+      for (size_t t = 0; t < p->req.prompt.size(); ++t) acc[r][t] = p->req.prompt[t];
+      lengths[r] = static_cast<int64_t>(p->req.prompt.size());
+      stats.prompt_tokens += p->req.prompt.size();
+      for (int j = 0; j < p->req.params.n; ++j) {
+        auto s = std::make_unique<Seq>();
+        s->owner = p;
+        s->sample = j;
+        s->slot = *free_slots.begin();
+        free_slots.erase(free_slots.begin());
+        s->pos = p->req.prompt.size();
+        s->seed = mix64(p->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(j));
+        rows.push_back(r);
+        slots.push_back(s->slot);
+        seqs.push_back(s.get());
+        running[s->slot] = std::move(s);
+        ++num_running;
+      }
+    }
+    auto logits = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
+    ++stats.prefill_calls;
+    auto picked = logits.index_select(0, at::tensor(rows).to(logits.device()));
+    auto out = sample(picked, sampler_batch(seqs));
+    auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+    for (size_t i = 0; i < seqs.size(); ++i) accept(*seqs[i], toks[i].item<int64_t>(), lps[i].item<float>());
+    return true;
+  }
+
+  // --- decode -------------------------------------------------------------------------------
+  void run_decode(int64_t batch, int64_t span) {
+    auto out = logits_buf.narrow(0, 0, batch);
+#ifdef MUSACODER_CUDA
+    if (graphs) {
+      auto key = std::make_pair(batch, span);
+      auto it = captured.find(key);
+      if (it != captured.end()) return it->second->replay();
+      // Warm-up run (its results are this step's), then capture for the next steps: capturing
+      // records the kernels without running them, so the cache is written once.
+      model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+      auto g = std::make_unique<at::cuda::CUDAGraph>();
+      g->capture_begin(pool);
+      model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+      g->capture_end();
+      captured.emplace(key, std::move(g));
+      ++stats.graphs_captured;
+      return;
+    }
+#endif
+    model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+  }
+
+  void decode_step() {
+    int64_t top = 0, max_pos = 0;
+    for (int64_t i = 0; i < opts.max_batch; ++i)
+      if (running[i]) {
+        top = i + 1;
+        max_pos = std::max(max_pos, running[i]->pos);
+      }
+    int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
+    int64_t span = std::min((max_pos + 1 + kSpanQuantum - 1) / kSpanQuantum * kSpanQuantum, opts.max_seq_len);
+    auto tok_h = at::zeros({batch}, at::kLong), pos_h = at::zeros({batch}, at::kLong);
+    std::vector<Seq*> rows(batch, nullptr);
+    for (int64_t i = 0; i < top; ++i)
+      if (running[i]) {
+        rows[i] = running[i].get();
+        tok_h[i] = static_cast<int64_t>(running[i]->last);
+        pos_h[i] = running[i]->pos;
+      }
+    tokens_buf.narrow(0, 0, batch).copy_(tok_h);
+    pos_buf.narrow(0, 0, batch).copy_(pos_h);
+    run_decode(batch, span);
+    ++stats.decode_steps;
+    auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
+    auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+    auto ta = toks.accessor<int64_t, 1>();
+    auto la = lps.accessor<float, 1>();
+    for (int64_t i = 0; i < top; ++i)
+      if (rows[i]) {
+        ++rows[i]->pos;
+        accept(*rows[i], static_cast<int32_t>(ta[i]), la[i]);
+      }
+  }
+
+  // One engine iteration; returns false when there was nothing to do.
+  bool step() {
+#ifdef MUSACODER_CUDA
+    std::optional<c10::cuda::CUDAStreamGuard> guard;
+    if (stream) guard.emplace(*stream);
+#endif
+    bool admitted = admit();
+    if (num_running == 0) return admitted;
+    decode_step();
+    return true;
+  }
+
+  // A failure inside the engine (CUDA error, out of memory) fails the requests it touched, not
+  // the process; the server answers them with an error and goes on.
+  void fail_all(std::exception_ptr e) {
+    for (auto& s : running)
+      if (s) {
+        auto owner = s->owner;
+        free_slots.insert(s->slot);
+        s.reset();
+        if (!owner->error) {
+          owner->error = e;
+          owner->promise.set_exception(e);
+        }
+      }
+    num_running = 0;
+  }
+};
+
+GenerationEngine::GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts)
+    : opts_(opts) {
+  MC_CHECK(opts.max_batch > 0, "max batch must be positive");
+  MC_CHECK(opts.max_seq_len > 1 && opts.max_seq_len <= model.config().max_position_embeddings, "max sequence length ",
+           opts.max_seq_len, " must be in [2, max_position_embeddings = ", model.config().max_position_embeddings, "]");
+  impl_ = std::make_unique<Impl>(model, tokenizer, opts, stats_);
+}
+
+GenerationEngine::~GenerationEngine() { stop(); }
+
+void GenerationEngine::validate(const GenerationRequest& r) const {
+  const SamplingParams& p = r.params;
+  MC_CHECK(!r.prompt.empty(), "empty prompt");
+  for (int32_t id : r.prompt)
+    MC_CHECK(id >= 0 && id < impl_->model.config().vocab_size, "prompt token id ", id, " is outside the vocabulary (",
+             impl_->model.config().vocab_size, ")");
+  MC_CHECK(p.n >= 1 && p.n <= opts_.max_batch, "n must be in [1, ", opts_.max_batch, "], got ", p.n);
+  MC_CHECK(p.max_new_tokens >= 1, "max_new_tokens must be >= 1, got ", p.max_new_tokens);
+  MC_CHECK(p.temperature >= 0, "temperature must be >= 0, got ", p.temperature);
+  MC_CHECK(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1], got ", p.top_p);
+  MC_CHECK(p.top_k >= 0, "top_k must be >= 0, got ", p.top_k);
+  MC_CHECK(static_cast<int64_t>(r.prompt.size()) + p.max_new_tokens <= opts_.max_seq_len, "prompt (", r.prompt.size(),
+           " tokens) + max_new_tokens (", p.max_new_tokens, ") exceeds the engine's max sequence length (",
+           opts_.max_seq_len, ")");
+  MC_CHECK(p.stop.empty() || impl_->tok, "stop strings need a tokenizer");
+  for (const auto& s : p.stop) MC_CHECK(!s.empty(), "empty stop string");
+}
+
+std::future<std::vector<Completion>> GenerationEngine::submit(GenerationRequest request) {
+  validate(request);
+  auto p = std::make_shared<Pending>();
+  p->seed = request.params.seed ? *request.params.seed : std::random_device{}() * 0x100000001ull + std::random_device{}();
+  p->remaining = request.params.n;
+  p->results.resize(request.params.n);
+  p->req = std::move(request);
+  auto fut = p->promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->waiting.push_back(std::move(p));
+  }
+  impl_->cv.notify_one();
+  return fut;
+}
+
+std::vector<std::vector<Completion>> GenerationEngine::generate(const std::vector<GenerationRequest>& requests,
+                                                                const std::function<void(int64_t)>& on_tokens) {
+  MC_CHECK(!impl_->worker.joinable(), "generate() while the engine's server thread runs; use submit()");
+  for (const auto& r : requests) validate(r);
+  std::vector<std::future<std::vector<Completion>>> futures;
+  for (const auto& r : requests) futures.push_back(submit(r));
+  int64_t seen = stats_.generated_tokens;
+  while (impl_->step()) {
+    if (on_tokens) on_tokens(stats_.generated_tokens - seen);
+    seen = stats_.generated_tokens;
+  }
+  std::vector<std::vector<Completion>> out;
+  for (auto& f : futures) out.push_back(f.get());
+  return out;
+}
+
+void GenerationEngine::start() {
+  if (impl_->worker.joinable()) return;
+  impl_->stopping = false;
+  impl_->worker = std::thread([this] {
+    Impl& m = *impl_;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(m.mu);
+        m.cv.wait(lock, [&] { return m.stopping || !m.waiting.empty() || m.num_running > 0; });
+        if (m.stopping) return;
+      }
+      try {
+        m.step();
+      } catch (...) {
+        m.fail_all(std::current_exception());
+      }
+    }
+  });
+}
+
+void GenerationEngine::stop() {
+  if (!impl_ || !impl_->worker.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  impl_->worker.join();
+}
+
+}  // namespace mc::gen

@@ -1,0 +1,91 @@
+// Batched generation with continuous batching over a preallocated KV cache.
+//
+// Every sample of every request owns one cache slot while it runs. Each engine step first
+// admits waiting requests into free slots (their prompts prefilled together, a prompt sampled
+// n times computed once and copied into its n slots), then decodes one token for every running
+// sequence in a single batched step, then retires finished sequences, freeing their slots for
+// the next waiting request. On CUDA the decode step is captured as a CUDA graph per (batch,
+// span) bucket and replayed, which removes the per-kernel launch cost of ~20 kernels x layers.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "model/qwen_model.h"
+#include "tokenizer/bpe_tokenizer.h"
+
+namespace mc::gen {
+
+struct SamplingParams {
+  int n = 1;                     // samples of this prompt
+  float temperature = 1.0f;      // 0 = greedy
+  float top_p = 1.0f;
+  int top_k = 0;                 // 0 = off
+  int max_new_tokens = 256;
+  std::optional<uint64_t> seed;  // unset: a random one
+  std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids (unless ignore_eos)
+  std::vector<std::string> stop;        // stop strings (need a tokenizer); not part of the text
+  bool ignore_eos = false;
+};
+
+struct Completion {
+  std::vector<int32_t> tokens;   // generated ids, a stop token included
+  std::vector<float> logprobs;   // one per token: log softmax(logits / T) at the sampled id
+  std::string text;              // decoded (stop token and stop string excluded); needs a tokenizer
+  std::string finish_reason;     // "stop" | "length"
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  SamplingParams params;
+};
+
+struct EngineOptions {
+  int64_t max_batch = 256;       // cache slots = sequences decoded at once
+  int64_t max_seq_len = 2048;    // prompt + generated tokens per sequence
+  int64_t prefill_tokens = 16384;  // padded prompt tokens per prefill call
+  bool cuda_graphs = true;
+};
+
+struct EngineStats {
+  int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, prefill_calls = 0, graphs_captured = 0;
+};
+
+class GenerationEngine {
+ public:
+  // The tokenizer (optional) is needed for text and stop strings. Both must outlive the engine.
+  GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts);
+  ~GenerationEngine();
+
+  // Runs the requests to completion on the calling thread; result[i] has params.n completions.
+  // on_tokens(k) is called as k more tokens are generated (for progress bars).
+  std::vector<std::vector<Completion>> generate(const std::vector<GenerationRequest>& requests,
+                                                const std::function<void(int64_t)>& on_tokens = {});
+
+  // For servers: a background thread runs the engine; submit() from any thread.
+  void start();
+  void stop();
+  std::future<std::vector<Completion>> submit(GenerationRequest request);
+
+  // Throws mc::Error when a request can never run (empty prompt, too long, bad parameters).
+  void validate(const GenerationRequest& r) const;
+  const EngineStats& stats() const { return stats_; }
+  const EngineOptions& options() const { return opts_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  const EngineOptions opts_;
+  EngineStats stats_;
+};
+
+}  // namespace mc::gen

@@ -1,0 +1,368 @@
+#include "model/qwen_model.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/check.h"
+#include "model/safetensors.h"
+
+namespace mc::model {
+namespace fs = std::filesystem;
+using at::indexing::Slice;
+
+namespace {
+
+c10::ScalarType to_scalar_type(DType t, const std::string& name) {
+  switch (t) {
+    case DType::kF32: return at::kFloat;
+    case DType::kF16: return at::kHalf;
+    case DType::kBF16: return at::kBFloat16;
+    case DType::kF64: return at::kDouble;
+    default: throw Error(str_cat("tensor ", name, " has dtype ", dtype_name(t), "; a model weight must be floating point"));
+  }
+}
+
+DType to_dtype(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::kF32;
+    case at::kHalf: return DType::kF16;
+    case at::kBFloat16: return DType::kBF16;
+    case at::kDouble: return DType::kF64;
+    default: throw Error(str_cat("cannot save dtype ", c10::toString(t)));
+  }
+}
+
+const char* hf_dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    default: return "float64";
+  }
+}
+
+std::string shape_str(at::IntArrayRef s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+// Loads one checkpoint tensor onto the device in the model dtype, checking its shape.
+class WeightLoader {
+ public:
+  WeightLoader(const std::string& dir, c10::Device device, c10::ScalarType dtype)
+      : ckpt_(dir), dir_(dir), device_(device), dtype_(dtype) {}
+  at::Tensor get(const std::string& name, std::vector<int64_t> shape) {
+    const TensorView* tv = nullptr;
+    try {
+      tv = &ckpt_.get(name);
+    } catch (const Error&) {
+      throw Error(str_cat(dir_, ": checkpoint has no tensor \"", name, "\" (config.json describes a model that needs it)"));
+    }
+    MC_CHECK(tv->shape == shape, dir_, ": tensor \"", name, "\" has shape ", shape_str(tv->shape),
+             " but config.json implies ", shape_str(shape));
+    auto cpu = at::from_blob(const_cast<uint8_t*>(tv->data), tv->shape, at::TensorOptions().dtype(to_scalar_type(tv->dtype, name)));
+    return cpu.to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
+  }
+  bool has(const std::string& name) const {
+    auto names = ckpt_.names();
+    return std::binary_search(names.begin(), names.end(), name);
+  }
+
+ private:
+  Checkpoint ckpt_;
+  std::string dir_;
+  c10::Device device_;
+  c10::ScalarType dtype_;
+};
+
+at::Tensor rotate_half(const at::Tensor& x) {
+  int64_t h = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+}  // namespace
+
+QwenModel QwenModel::load(const std::string& dir, c10::Device device, c10::ScalarType dtype) {
+  MC_CHECK(fs::is_directory(dir), "model directory ", dir, " does not exist");
+  QwenModel m;
+  m.cfg_ = QwenConfig::from_file((fs::path(dir) / "config.json").string());
+  if (dtype == c10::ScalarType::Undefined) dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  const QwenConfig& c = m.cfg_;
+  WeightLoader w(dir, device, dtype);
+  int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  m.embed_ = w.get("model.embed_tokens.weight", {c.vocab_size, H});
+  for (int64_t i = 0; i < c.num_layers; ++i) {
+    std::string p = fmt::format("model.layers.{}.", i);
+    Layer l;
+    l.input_norm = w.get(p + "input_layernorm.weight", {H});
+    l.qkv_w = at::cat({w.get(p + "self_attn.q_proj.weight", {c.q_size(), H}),
+                       w.get(p + "self_attn.k_proj.weight", {c.kv_size(), H}),
+                       w.get(p + "self_attn.v_proj.weight", {c.kv_size(), H})});
+    if (c.qkv_bias)
+      l.qkv_b = at::cat({w.get(p + "self_attn.q_proj.bias", {c.q_size()}), w.get(p + "self_attn.k_proj.bias", {c.kv_size()}),
+                         w.get(p + "self_attn.v_proj.bias", {c.kv_size()})});
+    if (c.qk_norm) {
+      l.q_norm = w.get(p + "self_attn.q_norm.weight", {D});
+      l.k_norm = w.get(p + "self_attn.k_norm.weight", {D});
+    }
+    l.o_w = w.get(p + "self_attn.o_proj.weight", {H, c.q_size()});
+    if (c.o_bias) l.o_b = w.get(p + "self_attn.o_proj.bias", {H});
+    l.post_norm = w.get(p + "post_attention_layernorm.weight", {H});
+    l.gate_up_w = at::cat({w.get(p + "mlp.gate_proj.weight", {I, H}), w.get(p + "mlp.up_proj.weight", {I, H})});
+    l.down_w = w.get(p + "mlp.down_proj.weight", {H, I});
+    m.layers_.push_back(std::move(l));
+  }
+  m.final_norm_ = w.get("model.norm.weight", {H});
+  // Tied checkpoints may still carry lm_head.weight; transformers ignores it then, so do we.
+  m.lm_head_w_ = c.tie_word_embeddings ? m.embed_ : w.get("lm_head.weight", {c.vocab_size, H});
+
+  // RoPE tables exactly as transformers builds them: inv_freq in fp32, outer product with the
+  // positions, cos/sin of [freqs, freqs].
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  auto inv_freq = 1.0 / at::pow(c.rope_theta, at::arange(0, D, 2, at::TensorOptions().dtype(at::kLong)).to(at::kFloat) / D);
+  auto pos = at::arange(c.max_position_embeddings, f32);
+  auto freqs = at::outer(pos, inv_freq.to(at::kFloat));
+  auto emb = at::cat({freqs, freqs}, -1);
+  m.rope_cos_ = emb.cos().to(device);
+  m.rope_sin_ = emb.sin().to(device);
+  return m;
+}
+
+at::Tensor QwenModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
+  auto xf = x.to(at::kFloat);
+  auto var = xf.pow(2).mean(-1, /*keepdim=*/true);
+  return w * (xf * at::rsqrt(var + cfg_.rms_norm_eps)).to(x.scalar_type());
+}
+
+std::tuple<at::Tensor, at::Tensor, at::Tensor> QwenModel::qkv(const Layer& l, const at::Tensor& x, const at::Tensor& cos,
+                                                              const at::Tensor& sin) const {
+  auto proj = l.qkv_b.defined() ? at::linear(x, l.qkv_w, l.qkv_b) : at::linear(x, l.qkv_w);
+  auto parts = proj.split({cfg_.q_size(), cfg_.kv_size(), cfg_.kv_size()}, -1);
+  auto lead = x.sizes().slice(0, x.dim() - 1).vec();
+  auto heads = [&](const at::Tensor& t, int64_t n) {
+    auto shape = lead;
+    shape.push_back(n);
+    shape.push_back(cfg_.head_dim);
+    return t.reshape(shape);
+  };
+  auto q = heads(parts[0], cfg_.num_heads), k = heads(parts[1], cfg_.num_kv_heads), v = heads(parts[2], cfg_.num_kv_heads);
+  if (cfg_.qk_norm) {
+    q = rms_norm(q, l.q_norm);
+    k = rms_norm(k, l.k_norm);
+  }
+  q = q * cos + rotate_half(q) * sin;
+  k = k * cos + rotate_half(k) * sin;
+  return {q, k, v};
+}
+
+at::Tensor QwenModel::mlp(const Layer& l, const at::Tensor& x) const {
+  auto gu = at::linear(x, l.gate_up_w);
+  auto parts = gu.chunk(2, -1);
+  return at::linear(at::silu(parts[0]) * parts[1], l.down_w);
+}
+
+at::Tensor QwenModel::run_layers(at::Tensor h, const at::Tensor& positions, KvCache* cache, const at::Tensor* rows,
+                                 const at::Tensor* slots) const {
+  // positions [B, T] -> cos/sin [B, T, 1, D] in the model dtype, as transformers casts them.
+  auto cos = rope_cos_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
+  auto sin = rope_sin_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
+  int64_t T = h.size(1);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);
+    q = q.transpose(1, 2);  // [B, heads, T, D]
+    k = k.transpose(1, 2);
+    v = v.transpose(1, 2);
+    if (cache) {
+      cache->k[i].narrow(2, 0, T).index_copy_(0, *slots, k.index_select(0, *rows));
+      cache->v[i].narrow(2, 0, T).index_copy_(0, *slots, v.index_select(0, *rows));
+    }
+    auto o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
+                                              /*is_causal=*/true, /*scale=*/std::nullopt,
+                                              /*enable_gqa=*/cfg_.num_heads != cfg_.num_kv_heads);
+    o = o.transpose(1, 2).reshape({h.size(0), T, cfg_.q_size()});
+    h = h + l.out_proj(o);
+    h = h + mlp(l, rms_norm(h, l.post_norm));
+  }
+  return rms_norm(h, final_norm_);
+}
+
+at::Tensor QwenModel::hidden_states(const at::Tensor& ids) const {
+  MC_CHECK(ids.dim() == 2, "token ids must be [batch, length], got ", shape_str(ids.sizes()));
+  MC_CHECK(ids.size(1) <= cfg_.max_position_embeddings, "sequence of ", ids.size(1),
+           " tokens exceeds max_position_embeddings (", cfg_.max_position_embeddings, ")");
+  auto ids_d = ids.to(device(), at::kLong);
+  auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
+  return run_layers(at::embedding(embed_, ids_d), positions, nullptr, nullptr, nullptr);
+}
+
+at::Tensor QwenModel::lm_head(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_w_); }
+
+at::Tensor QwenModel::forward(const at::Tensor& ids) const { return lm_head(hidden_states(ids)); }
+
+at::Tensor QwenModel::token_logprobs(const at::Tensor& ids, double temperature) const {
+  MC_CHECK(temperature > 0, "temperature must be > 0 for log-probs, got ", temperature);
+  auto h = hidden_states(ids);
+  auto targets = ids.to(device(), at::kLong);
+  int64_t T = ids.size(1);
+  std::vector<at::Tensor> out;
+  const int64_t chunk = std::max<int64_t>(1, (int64_t{1} << 24) / (cfg_.vocab_size * ids.size(0)));
+  for (int64_t t0 = 0; t0 + 1 < T; t0 += chunk) {
+    int64_t n = std::min(chunk, T - 1 - t0);
+    auto logits = lm_head(h.narrow(1, t0, n)).to(at::kFloat);
+    if (temperature != 1.0) logits = logits / temperature;
+    auto lp = at::log_softmax(logits, -1);
+    out.push_back(lp.gather(-1, targets.narrow(1, t0 + 1, n).unsqueeze(-1)).squeeze(-1));
+  }
+  if (out.empty()) return at::zeros({ids.size(0), 0}, h.options().dtype(at::kFloat));
+  return at::cat(out, 1);
+}
+
+KvCache QwenModel::make_cache(int64_t slots, int64_t max_len) const {
+  MC_CHECK(max_len <= cfg_.max_position_embeddings, "KV cache length ", max_len, " exceeds max_position_embeddings (",
+           cfg_.max_position_embeddings, ")");
+  KvCache c;
+  c.slots = slots;
+  c.max_len = max_len;
+  auto opts = embed_.options().requires_grad(false);
+  for (int64_t i = 0; i < cfg_.num_layers; ++i) {
+    c.k.push_back(at::zeros({slots, cfg_.num_kv_heads, max_len, cfg_.head_dim}, opts));
+    c.v.push_back(at::zeros({slots, cfg_.num_kv_heads, max_len, cfg_.head_dim}, opts));
+  }
+  return c;
+}
+
+at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
+                              const at::Tensor& slots, KvCache& cache) const {
+  MC_CHECK(ids.size(1) <= cache.max_len, "prompt of ", ids.size(1), " tokens does not fit the KV cache (", cache.max_len, ")");
+  auto ids_d = ids.to(device(), at::kLong);
+  auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
+  auto rows_d = rows.to(device(), at::kLong), slots_d = slots.to(device(), at::kLong);
+  auto h = run_layers(at::embedding(embed_, ids_d), positions, &cache, &rows_d, &slots_d);
+  auto last = (lengths.to(device(), at::kLong) - 1).view({-1, 1, 1}).expand({h.size(0), 1, h.size(2)});
+  return lm_head(h.gather(1, last).squeeze(1));
+}
+
+void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,
+                       at::Tensor& out) const {
+  const int64_t Hkv = cfg_.num_kv_heads, G = cfg_.num_heads / Hkv, D = cfg_.head_dim, L = cache.max_len;
+  auto tok = tokens.narrow(0, 0, batch);
+  auto pos = positions.narrow(0, 0, batch);
+  auto h = at::embedding(embed_, tok);  // [S, hidden]
+  auto cos = rope_cos_.index_select(0, pos).to(h.scalar_type()).unsqueeze(1);  // [S, 1, D]
+  auto sin = rope_sin_.index_select(0, pos).to(h.scalar_type()).unsqueeze(1);
+  // Row of the flattened cache [slots * Hkv * L, D] where each (slot, kv head) writes this step.
+  auto slot = at::arange(batch, pos.options());
+  auto rows = ((slot.unsqueeze(1) * Hkv + at::arange(Hkv, pos.options()).unsqueeze(0)) * L + pos.unsqueeze(1)).reshape(-1);
+  // Slot i sees cache positions <= positions[i].
+  auto mask = (at::arange(span, pos.options()).unsqueeze(0) <= pos.unsqueeze(1)).view({batch, 1, 1, span});
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);  // q [S, Hq, D], k/v [S, Hkv, D]
+    cache.k[i].view({-1, D}).index_copy_(0, rows, k.reshape({-1, D}));
+    cache.v[i].view({-1, D}).index_copy_(0, rows, v.reshape({-1, D}));
+    // GQA without copying the cache: the G query heads sharing a KV head act as G queries.
+    auto q4 = q.view({batch, Hkv, G, D});
+    auto kc = cache.k[i].narrow(0, 0, batch).narrow(2, 0, span);
+    auto vc = cache.v[i].narrow(0, 0, batch).narrow(2, 0, span);
+    auto o = at::scaled_dot_product_attention(q4, kc, vc, mask);
+    h = h + l.out_proj(o.reshape({batch, cfg_.q_size()}));
+    h = h + mlp(l, rms_norm(h, l.post_norm));
+  }
+  h = rms_norm(h, final_norm_);
+  at::mm_out(out, h, lm_head_w_.t());
+}
+
+std::vector<std::pair<std::string, at::Tensor>> QwenModel::named_parameters() const {
+  std::vector<std::pair<std::string, at::Tensor>> p;
+  const QwenConfig& c = cfg_;
+  p.emplace_back("model.embed_tokens.weight", embed_);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    std::string n = fmt::format("model.layers.{}.", i);
+    auto qkv_w = l.qkv_w.split({c.q_size(), c.kv_size(), c.kv_size()});
+    p.emplace_back(n + "input_layernorm.weight", l.input_norm);
+    p.emplace_back(n + "self_attn.q_proj.weight", qkv_w[0]);
+    p.emplace_back(n + "self_attn.k_proj.weight", qkv_w[1]);
+    p.emplace_back(n + "self_attn.v_proj.weight", qkv_w[2]);
+    if (l.qkv_b.defined()) {
+      auto b = l.qkv_b.split({c.q_size(), c.kv_size(), c.kv_size()});
+      p.emplace_back(n + "self_attn.q_proj.bias", b[0]);
+      p.emplace_back(n + "self_attn.k_proj.bias", b[1]);
+      p.emplace_back(n + "self_attn.v_proj.bias", b[2]);
+    }
+    if (l.q_norm.defined()) {
+      p.emplace_back(n + "self_attn.q_norm.weight", l.q_norm);
+      p.emplace_back(n + "self_attn.k_norm.weight", l.k_norm);
+    }
+    p.emplace_back(n + "self_attn.o_proj.weight", l.o_w);
+    if (l.o_b.defined()) p.emplace_back(n + "self_attn.o_proj.bias", l.o_b);
+    p.emplace_back(n + "post_attention_layernorm.weight", l.post_norm);
+    auto gu = l.gate_up_w.chunk(2);
+    p.emplace_back(n + "mlp.gate_proj.weight", gu[0]);
+    p.emplace_back(n + "mlp.up_proj.weight", gu[1]);
+    p.emplace_back(n + "mlp.down_proj.weight", l.down_w);
+  }
+  p.emplace_back("model.norm.weight", final_norm_);
+  if (!c.tie_word_embeddings) p.emplace_back("lm_head.weight", lm_head_w_);
+  return p;
+}
+
+std::vector<at::Tensor> QwenModel::parameters() const {
+  std::vector<at::Tensor> p{embed_, final_norm_};
+  if (!cfg_.tie_word_embeddings) p.push_back(lm_head_w_);
+  for (const Layer& l : layers_)
+    for (const auto& t : {l.input_norm, l.qkv_w, l.qkv_b, l.q_norm, l.k_norm, l.o_w, l.o_b, l.post_norm, l.gate_up_w, l.down_w})
+      if (t.defined()) p.push_back(t);
+  return p;
+}
+
+void QwenModel::set_requires_grad(bool on) {
+  for (auto& t : parameters()) t.requires_grad_(on);
+}
+
+void QwenModel::save(const std::string& dir, c10::ScalarType dtype, int64_t max_shard_bytes) const {
+  fs::create_directories(dir);
+  // Host copies in the target dtype, kept alive while the views into them are written.
+  std::vector<std::pair<std::string, at::Tensor>> host;
+  for (auto& [name, t] : named_parameters())
+    host.emplace_back(name, t.detach().to(at::kCPU, dtype).contiguous());
+  std::vector<std::vector<TensorView>> shards(1);
+  int64_t shard_bytes = 0, total = 0;
+  for (auto& [name, t] : host) {
+    TensorView v;
+    v.name = name;
+    v.dtype = to_dtype(dtype);
+    v.shape = t.sizes().vec();
+    v.data = static_cast<const uint8_t*>(t.data_ptr());
+    v.nbytes = t.nbytes();
+    if (max_shard_bytes > 0 && shard_bytes > 0 && shard_bytes + static_cast<int64_t>(v.nbytes) > max_shard_bytes) {
+      shards.emplace_back();
+      shard_bytes = 0;
+    }
+    shard_bytes += v.nbytes;
+    total += v.nbytes;
+    shards.back().push_back(v);
+  }
+  std::map<std::string, std::string> meta{{"format", "pt"}};
+  // Remove files of an earlier save so a stale index or shard cannot shadow this one.
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().extension() == ".safetensors" || e.path().filename() == "model.safetensors.index.json") fs::remove(e.path());
+  if (shards.size() == 1) {
+    write_safetensors((fs::path(dir) / "model.safetensors").string(), shards[0], meta);
+  } else {
+    nlohmann::json index{{"metadata", {{"total_size", total}}}, {"weight_map", nlohmann::json::object()}};
+    for (size_t s = 0; s < shards.size(); ++s) {
+      std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+      write_safetensors((fs::path(dir) / file).string(), shards[s], meta);
+      for (const auto& v : shards[s]) index["weight_map"][v.name] = file;
+    }
+    std::ofstream((fs::path(dir) / "model.safetensors.index.json").string()) << index.dump(2) << "\n";
+  }
+  nlohmann::json config = cfg_.raw;
+  config["dtype"] = hf_dtype_name(dtype);
+  if (config.contains("torch_dtype")) config["torch_dtype"] = hf_dtype_name(dtype);
+  std::ofstream((fs::path(dir) / "config.json").string()) << config.dump(2) << "\n";
+}
+
+}  // namespace mc::model

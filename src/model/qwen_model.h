@@ -1,0 +1,92 @@
+// Qwen2 / Qwen3 dense decoders on libtorch: GQA, RoPE, RMSNorm, SwiGLU, Qwen2's q/k/v biases,
+// Qwen3's q/k norms, tied or untied embeddings. The same weights serve training (autograd
+// through every op), scoring (per-token log-probs) and generation (prefill and decode over a
+// preallocated KV cache). Numerics follow transformers' modeling_qwen2/qwen3 op for op
+// (RMSNorm in fp32, RoPE tables in fp32 cast to the model dtype), so outputs match it.
+//
+// q/k/v and gate/up projections are stored fused (one GEMM each); named_parameters() gives the
+// Hugging Face names as views into them, which is what save() writes.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "model/qwen_config.h"
+
+namespace mc::model {
+
+// Per layer K and V: [slots, kv_heads, max_len, head_dim] each.
+struct KvCache {
+  std::vector<at::Tensor> k, v;
+  int64_t slots = 0, max_len = 0;
+};
+
+class QwenModel {
+ public:
+  // Reads dir/config.json and dir/*.safetensors. dtype kUndefined: bf16 on CUDA, fp32 on CPU.
+  // Throws mc::Error for a missing file, unsupported architecture, missing tensor or a tensor
+  // whose shape does not match the config.
+  static QwenModel load(const std::string& dir, c10::Device device, c10::ScalarType dtype = c10::ScalarType::Undefined);
+
+  const QwenConfig& config() const { return cfg_; }
+  c10::Device device() const { return embed_.device(); }
+  c10::ScalarType dtype() const { return embed_.scalar_type(); }
+
+  // ids [B, T] (int64; right padding is harmless: attention is causal) -> logits [B, T, vocab].
+  at::Tensor forward(const at::Tensor& ids) const;
+  // log p(ids[b, t+1] | ids[b, :t+1]) under softmax(logits / temperature): [B, T-1], fp32.
+  // Computed in chunks of positions so the [B, T, vocab] logits never exist at once.
+  at::Tensor token_logprobs(const at::Tensor& ids, double temperature = 1.0) const;
+
+  // The last layer's normalized hidden states [B, T, hidden] (before the LM head).
+  at::Tensor hidden_states(const at::Tensor& ids) const;
+  at::Tensor lm_head(const at::Tensor& hidden) const;
+
+  // --- generation over a KV cache -------------------------------------------------------
+  KvCache make_cache(int64_t slots, int64_t max_len) const;
+  // Prompts ids [b, L] right-padded, lengths [b]; K/V of row rows[i] are written to cache slot
+  // slots[i] (a prompt sampled n times is computed once and written to n slots). Returns the
+  // logits of each row's last prompt token [b, vocab].
+  at::Tensor prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
+                     const at::Tensor& slots, KvCache& cache) const;
+  // One token for each of the first `batch` slots: tokens[i] at position positions[i]
+  // (slot i's K/V for earlier positions are in the cache). Attends over the first `span`
+  // cache positions (span > every position). Writes logits into out [batch, vocab]. Static
+  // shapes and no host synchronisation, so the step can be captured in a CUDA graph.
+  void decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch,
+              int64_t span, at::Tensor& out) const;
+
+  // --- training and checkpoints ---------------------------------------------------------
+  // Hugging Face names -> tensors (views into the fused storage), in the checkpoint's order.
+  std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  // The leaves autograd sees (fused tensors).
+  std::vector<at::Tensor> parameters() const;
+  void set_requires_grad(bool on);
+  // Writes config.json (dtype updated) and model.safetensors, or shards of at most
+  // max_shard_bytes with model.safetensors.index.json. Readable by transformers unchanged.
+  void save(const std::string& dir, c10::ScalarType dtype, int64_t max_shard_bytes = 0) const;
+
+ private:
+  struct Layer {
+    at::Tensor input_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, post_norm, gate_up_w, down_w;
+    at::Tensor out_proj(const at::Tensor& x) const { return o_b.defined() ? at::linear(x, o_w, o_b) : at::linear(x, o_w); }
+  };
+  at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
+  // q [.., heads, D], k, v [.., kv_heads, D] with q/k norms and RoPE applied; cos/sin [.., 1, D].
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv(const Layer& l, const at::Tensor& x, const at::Tensor& cos,
+                                                     const at::Tensor& sin) const;
+  at::Tensor mlp(const Layer& l, const at::Tensor& x) const;
+  // Runs every layer over h [B, T, hidden]; writes K/V into the cache when given.
+  at::Tensor run_layers(at::Tensor h, const at::Tensor& positions, KvCache* cache, const at::Tensor* rows,
+                        const at::Tensor* slots) const;
+
+  QwenConfig cfg_;
+  at::Tensor embed_, final_norm_, lm_head_w_;  // lm_head_w_ is embed_ when tied
+  std::vector<Layer> layers_;
+  at::Tensor rope_cos_, rope_sin_;  // [max_positions, head_dim] fp32
+};
+
+}  // namespace mc::model

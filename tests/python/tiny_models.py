@@ -1,0 +1,65 @@
+"""Tiny randomly initialised Qwen2 / Qwen3 models in Hugging Face format, made with
+`transformers` for the model tests (nothing is fetched from a hub). Weights are drawn away from
+transformers' near-zero init (norm weights around 1, biases non-zero, larger projections) so
+that logits are far from uniform and greedy decoding is not a constant.
+
+As a script: python3 tiny_models.py DIR [qwen2|qwen3]  (used by the C++ client test)."""
+import os
+import sys
+
+import torch
+
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CORPUS = ["def forward(self, x):\n    return torch.relu(x) * 2\n",
+          "__global__ void add(const float* a, float* out, int n) { int i = blockIdx.x; }\n",
+          "You write fast CUDA kernels. Write a kernel for softmax over rows.\n"] * 50
+
+
+def make_tokenizer(path):
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(CORPUS, trainer)
+    tok.save(str(path))
+    return tok
+
+
+def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32):
+    import transformers
+    os.makedirs(directory, exist_ok=True)
+    tok = make_tokenizer(os.path.join(directory, "tokenizer.json"))
+    vocab = vocab or tok.get_vocab_size()
+    common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-6, tie_word_embeddings=tie, eos_token_id=tok.token_to_id("<|im_end|>"))
+    if arch == "qwen2":
+        cfg = transformers.Qwen2Config(rope_theta=10000.0, **common)
+        cls = transformers.Qwen2ForCausalLM
+    else:
+        cfg = transformers.Qwen3Config(head_dim=24, attention_bias=True, rope_theta=1000.0, **common)
+        cls = transformers.Qwen3ForCausalLM
+    torch.manual_seed(seed)
+    model = cls(cfg).to(dtype)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif name.endswith("bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.copy_(torch.randn_like(p) / p.shape[-1] ** 0.5 * 1.5)
+    model.eval()
+    model.save_pretrained(directory)
+    return model, tok
+
+
+if __name__ == "__main__":
+    make_model(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "qwen2")
