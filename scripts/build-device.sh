@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds a musacoder binary to carry to a machine that lacks our -dev packages (the GPU
-# machines): everything but glibc is linked statically, except cpp-httplib (Debian ships it as a
-# shared library only), which goes with its dependencies into build-device/lib (found through
-# RPATH $ORIGIN/lib). Also bundles redis-server and its libraries into build-device/redis/, for
+# machines): our dependencies are linked statically, except cpp-httplib (Debian ships it as a
+# shared library only) and libstdc++ (libtorch needs the shared one), which go with their
+# dependencies into build-device/lib (found through RPATH $ORIGIN/lib). libtorch itself is not
+# carried: the GPU machines have the same torch wheel, and scripts/gpu-check.sh puts its lib
+# folder on LD_LIBRARY_PATH. Also bundles redis-server and its libraries into build-device/redis/, for
 # the service's device run (the GPU machines have no Redis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,14 +12,15 @@ bash scripts/setup.sh
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSACODER_TESTS=OFF \
   -DMUSACODER_PORTABLE=ON -DCMAKE_BUILD_RPATH='$ORIGIN/lib' >/dev/null
 cmake --build build-device --target musacoder
+strip build-device/musacoder
 
 # Non-glibc shared libraries of a binary, copied next to it.
 bundle() {  # bundle BINARY DEST_DIR
   mkdir -p "$2"
   ldd "$1" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
-      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
-      *) cp -L "$lib" "$2/" ;;
+      libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
+      *) case "$lib" in */site-packages/*|*/cuda*/lib*) ;; *) cp -L "$lib" "$2/" ;; esac ;;
     esac
   done
 }
@@ -27,3 +30,8 @@ mkdir -p build-device/redis
 cp -L "$(command -v redis-server)" build-device/redis/
 bundle build-device/redis/redis-server build-device/redis/lib
 du -sh build-device/musacoder build-device/lib build-device/redis
+# What travels to the GPU machine (the device tool carries at most 64 MiB): the binary and the
+# bundled libraries, without the build tree.
+rm -rf build-device-dist && mkdir -p build-device-dist
+cp -r build-device/musacoder build-device/lib build-device/redis build-device-dist/
+du -sh build-device-dist

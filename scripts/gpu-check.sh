@@ -2,16 +2,17 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite bench service synth" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite bench service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite bench service synth"}
+STAGES=${STAGES:-"env suite bench service synth model genbench"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
-  if [ -x build-device/musacoder ]; then BIN=$PWD/build-device/musacoder
+  if [ -x build-device-dist/musacoder ]; then BIN=$PWD/build-device-dist/musacoder
+  elif [ -x build-device/musacoder ]; then BIN=$PWD/build-device/musacoder
   else
     cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSACODER_TESTS=OFF >"$OUT/build.log" 2>&1 &&
       cmake --build build-gpu --target musacoder >>"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; exit 1; }
@@ -19,6 +20,9 @@ if [ -z "$BIN" ]; then
   fi
 fi
 echo "binary: $BIN"
+# musacoder links libtorch dynamically: the machine's own torch wheel (the same version).
+TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+export LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 rc=0
 for stage in $STAGES; do
   case $stage in
@@ -48,6 +52,12 @@ for stage in $STAGES; do
       fi
       REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
+    model)
+      python3 tests/gpu/model_parity.py --musacoder "$BIN" --out "$OUT/model_parity.json" 2>&1 | tee "$OUT/model.log" || rc=1 ;;
+    genbench)
+      # shellcheck disable=SC2086
+      python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/generate_bench.json" ${GENBENCH_ARGS:-} 2>&1 \
+        | tee "$OUT/genbench.log" || rc=1 ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

@@ -1,0 +1,104 @@
+"""Generation throughput: `musacoder generate` against `transformers.generate` in the same run.
+
+A randomly initialised model of Qwen2-0.5B's shape (24 layers, hidden 896, 14 heads / 2 KV
+heads, intermediate 4864, vocabulary 151936, tied embeddings) in bf16; 64 prompts of
+--prompt-len random tokens, 8 samples each, exactly 512 new tokens (EOS ignored on both sides),
+plain sampling at temperature 1 (no top-k / top-p on either side). Reports sampled tokens per
+second (generation only, model load excluded) and peak GPU memory, as a table and JSON."""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
+               num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
+               rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=151643)
+
+
+def make_model(path):
+    import transformers
+    if os.path.exists(os.path.join(path, "config.json")):
+        return
+    torch.manual_seed(0)
+    cfg = transformers.Qwen2Config(**QWEN05B)
+    model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    model.save_pretrained(path)
+
+
+def run_transformers(path, prompts, n, new_tokens):
+    import transformers
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
+    ids = torch.tensor(prompts, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, temperature=1.0, top_p=1.0,
+                             top_k=0, num_return_sequences=n, max_new_tokens=new_tokens,
+                             min_new_tokens=new_tokens, pad_token_id=0)
+    torch.cuda.synchronize()
+    secs = time.perf_counter() - t0
+    generated = (out.shape[1] - ids.shape[1]) * out.shape[0]
+    return {"seconds": secs, "generated_tokens": generated, "tokens_per_s": generated / secs,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+            "peak_allocated_gib": torch.cuda.max_memory_allocated() / 2**30}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--musacoder", required=True)
+    ap.add_argument("--model-dir", default="/tmp/qwen05b-random")
+    ap.add_argument("--out", default="generate_bench.json")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--new-tokens", type=int, default=512)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--max-batch", type=int, default=512)
+    ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
+    a = ap.parse_args()
+    make_model(a.model_dir)
+    g = torch.Generator().manual_seed(1)
+    prompts = torch.randint(0, QWEN05B["vocab_size"], (a.prompts, a.prompt_len), generator=g).tolist()
+    pfile = os.path.join(os.path.dirname(os.path.abspath(a.out)), "bench_prompts.jsonl")
+    with open(pfile, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt_ids": p}) + "\n")
+    stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), "musacoder_generate_stats.json")
+    cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
+           "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", "1", "--max-batch", str(a.max_batch),
+           "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats, "--no-progress", *a.extra]
+    t0 = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    wall = time.perf_counter() - t0
+    sys.stderr.write(r.stderr[-3000:])
+    if r.returncode != 0:
+        print(f"musacoder generate failed (rc {r.returncode})")
+        return 1
+    ours = json.load(open(stats))
+    ours["process_wall_seconds"] = wall
+    res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "shape": "Qwen2-0.5B (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
+           "prompt_len": a.prompt_len, "musacoder": ours}
+    if not a.skip_transformers:
+        import transformers
+        res["transformers_version"] = transformers.__version__
+        res["transformers"] = run_transformers(a.model_dir, prompts, a.n, a.new_tokens)
+    json.dump(res, open(a.out, "w"), indent=2)
+    print(f"\n| engine | tokens | seconds | tokens/s | peak GiB (reserved) |\n|---|---|---|---|---|")
+    print(f"| musacoder generate | {ours['generated_tokens']} | {ours['seconds']:.2f} | {ours['tokens_per_s']:.0f} | "
+          f"{ours['peak_reserved_gib']:.2f} |")
+    if "transformers" in res:
+        t = res["transformers"]
+        print(f"| transformers {res['transformers_version']} generate | {t['generated_tokens']} | {t['seconds']:.2f} | "
+              f"{t['tokens_per_s']:.0f} | {t['peak_reserved_gib']:.2f} |")
+        print(f"\nspeedup: {ours['tokens_per_s'] / t['tokens_per_s']:.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
