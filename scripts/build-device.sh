@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds a musacoder binary to carry to a machine that lacks our -dev packages (the GPU
 # machines): our dependencies are linked statically, except cpp-httplib (Debian ships it as a
-# shared library only) and libstdc++ (libtorch needs the shared one), which go with their
-# dependencies into build-device/lib (found through RPATH $ORIGIN/lib). libtorch itself is not
-# carried: the GPU machines have the same torch wheel, and scripts/gpu-check.sh puts its lib
-# folder on LD_LIBRARY_PATH. Also bundles redis-server and its libraries into build-device/redis/, for
+# shared library only) and, for musacoder-model, libstdc++ (libtorch needs the shared one),
+# which go with their dependencies into build-device/lib (found through RPATH $ORIGIN/lib).
+# libtorch itself is not carried: the GPU machines have the same torch wheel, and
+# scripts/gpu-check.sh puts its lib folder on LD_LIBRARY_PATH. Also bundles redis-server and its libraries into build-device/redis/, for
 # the service's device run (the GPU machines have no Redis).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ bash scripts/setup.sh
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSACODER_TESTS=OFF \
   -DMUSACODER_PORTABLE=ON -DCMAKE_BUILD_RPATH='$ORIGIN/lib' >/dev/null
 cmake --build build-device --target musacoder
-strip build-device/musacoder
+strip build-device/musacoder build-device/musacoder-model
 
 # Non-glibc shared libraries of a binary, copied next to it.
 bundle() {  # bundle BINARY DEST_DIR
@@ -26,6 +26,7 @@ bundle() {  # bundle BINARY DEST_DIR
 }
 rm -rf build-device/lib build-device/redis
 bundle build-device/musacoder build-device/lib
+bundle build-device/musacoder-model build-device/lib
 mkdir -p build-device/redis
 cp -L "$(command -v redis-server)" build-device/redis/
 bundle build-device/redis/redis-server build-device/redis/lib
@@ -33,5 +34,5 @@ du -sh build-device/musacoder build-device/lib build-device/redis
 # What travels to the GPU machine (the device tool carries at most 64 MiB): the binary and the
 # bundled libraries, without the build tree.
 rm -rf build-device-dist && mkdir -p build-device-dist
-cp -r build-device/musacoder build-device/lib build-device/redis build-device-dist/
+cp -r build-device/musacoder build-device/musacoder-model build-device/lib build-device/redis build-device-dist/
 du -sh build-device-dist

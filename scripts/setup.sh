@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything MusaCoder needs on a fresh Debian machine (idempotent).
 #   apt: compilers are already on the image; we add the -dev libraries we build against.
-#   pip: torch==2.11.0 (pinned: the GPU machines run exactly this version), numpy, pytest,
-#        tokenizers and safetensors (references for the tokenizer and checkpoint tests).
+#   pip: torch==2.11.0 (pinned: the GPU machines run exactly this version; its libtorch is what
+#        the model stack links), numpy, pytest, and the references the model tests compare
+#        against: tokenizers, safetensors, transformers==5.17.0 (the GPU machines' version).
 # Set MUSACODER_SKIP_SETUP=1 to skip (e.g. inside the GPU machine, which has no network).
 set -euo pipefail
 [ "${MUSACODER_SKIP_SETUP:-0}" = 1 ] && exit 0
@@ -24,8 +25,9 @@ PY=${PYTHON:-python3}
 need_pip=0
 "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.split("+")[0] == "2.11.0" else 1)' 2>/dev/null || need_pip=1
 "$PY" -c 'import numpy, pytest, tokenizers, safetensors' 2>/dev/null || need_pip=1
+"$PY" -c 'import transformers, sys; sys.exit(0 if transformers.__version__ == "5.17.0" else 1)' 2>/dev/null || need_pip=1
 if [ $need_pip = 1 ]; then
   # tokenizers: the reference the C++ tokenizer's tests compare against.
-  echo "setup: installing Python packages (torch==2.11.0, numpy, pytest, tokenizers, safetensors)"
-  "$PY" -m pip install -q torch==2.11.0 numpy pytest tokenizers safetensors
+  echo "setup: installing Python packages (torch==2.11.0, numpy, pytest, tokenizers, safetensors, transformers==5.17.0)"
+  "$PY" -m pip install -q torch==2.11.0 numpy pytest tokenizers safetensors transformers==5.17.0
 fi

@@ -4,7 +4,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -26,9 +28,6 @@
 #include "cli/serve_commands.h"
 #include "cli/synth_command.h"
 #include "cli/tokenize_command.h"
-#ifdef MUSACODER_WITH_TORCH
-#include "cli/model_commands.h"
-#endif
 
 namespace {
 
@@ -167,9 +166,33 @@ int sandbox_main(int argc, char** argv) {
   return 2;
 }
 
+// The policy-model commands run in musacoder-model (next to this binary), the only executable
+// that loads libtorch.
+const char* const kModelCommands[] = {"generate", "score", "convert", "serve-model"};
+
+int model_main(int argc, char** argv) {
+  std::string exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
+  if (access(exe.c_str(), X_OK) != 0) {
+    fmt::print(stderr, "musacoder: error: '{}' needs {} (this build has no libtorch: configure with "
+               "-DMUSACODER_WITH_TORCH=ON)\n", argv[1], exe);
+    return 2;
+  }
+  execv(exe.c_str(), argv);
+  fmt::print(stderr, "musacoder: error: cannot run {}: {}\n", exe, strerror(errno));
+  return 2;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "sandbox-exec") return sandbox_main(argc, argv);
+  for (const char* c : kModelCommands)
+    if (argc > 1 && std::string(argv[1]) == c) return model_main(argc, argv);
   CLI::App app{"MusaCoder: verify, score and train models that write GPU kernels"};
+  app.footer(
+      "Policy-model commands (libtorch; `musacoder COMMAND --help`):\n"
+      "  generate                    sample completions from a Qwen2/Qwen3 model (JSONL with tokens, text, log-probs)\n"
+      "  score                       per-token log-probs of given sequences (what RL ratios need)\n"
+      "  convert                     re-save a model directory (dtype, shards) in Hugging Face format\n"
+      "  serve-model                 OpenAI-compatible /v1/completions and /v1/chat/completions");
   app.require_subcommand(1);
 
   RunOptions eval_opts;
@@ -221,9 +244,6 @@ int main(int argc, char** argv) {
   ServeCommands serve_cmds(app);
   SynthCommand synth_cmd(app);
   TokenizeCommand tokenize_cmd(app);
-#ifdef MUSACODER_WITH_TORCH
-  ModelCommands model_cmds(app);
-#endif
 
   try {
     app.parse(argc, argv);
@@ -234,9 +254,6 @@ int main(int argc, char** argv) {
     if (auto rc = serve_cmds.run()) return *rc;
     if (auto rc = synth_cmd.run()) return *rc;
     if (auto rc = tokenize_cmd.run()) return *rc;
-#ifdef MUSACODER_WITH_TORCH
-    if (auto rc = model_cmds.run()) return *rc;
-#endif
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {
