@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--max-batch", type=int, default=512)
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
+    ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
     a = ap.parse_args()
     make_model(a.model_dir)
     g = torch.Generator().manual_seed(1)
@@ -68,35 +69,44 @@ def main():
     with open(pfile, "w") as f:
         for p in prompts:
             f.write(json.dumps({"prompt_ids": p}) + "\n")
-    stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), "musacoder_generate_stats.json")
-    cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
-           "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", "1", "--max-batch", str(a.max_batch),
-           "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats, "--no-progress", *a.extra]
-    t0 = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    sys.stderr.write(r.stderr[-3000:])
-    if r.returncode != 0:
-        print(f"musacoder generate failed (rc {r.returncode})")
-        return 1
-    ours = json.load(open(stats))
-    ours["process_wall_seconds"] = wall
+    def ours(tag, *extra):
+        stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"musacoder_generate_stats{tag}.json")
+        cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
+               "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", "1", "--max-batch",
+               str(a.max_batch), "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats,
+               "--no-progress", *a.extra, *extra]
+        t0 = time.perf_counter()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        sys.stderr.write(r.stderr[-3000:])
+        if r.returncode != 0:
+            raise SystemExit(f"musacoder generate failed (rc {r.returncode})")
+        st = json.load(open(stats))
+        st["process_wall_seconds"] = wall
+        return st
+
+    ours_main = ours("")
     res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "shape": "Qwen2-0.5B (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
-           "prompt_len": a.prompt_len, "musacoder": ours}
+           "prompt_len": a.prompt_len, "musacoder": ours_main}
+    if a.also_no_graphs:
+        res["musacoder_no_cuda_graphs"] = ours("_nographs", "--no-cuda-graphs")
     if not a.skip_transformers:
         import transformers
         res["transformers_version"] = transformers.__version__
         res["transformers"] = run_transformers(a.model_dir, prompts, a.n, a.new_tokens)
     json.dump(res, open(a.out, "w"), indent=2)
     print(f"\n| engine | tokens | seconds | tokens/s | peak GiB (reserved) |\n|---|---|---|---|---|")
-    print(f"| musacoder generate | {ours['generated_tokens']} | {ours['seconds']:.2f} | {ours['tokens_per_s']:.0f} | "
-          f"{ours['peak_reserved_gib']:.2f} |")
+    rows = [("musacoder generate", ours_main)]
+    if "musacoder_no_cuda_graphs" in res:
+        rows.append(("musacoder generate --no-cuda-graphs", res["musacoder_no_cuda_graphs"]))
+    for name, o in rows:
+        print(f"| {name} | {o['generated_tokens']} | {o['seconds']:.2f} | {o['tokens_per_s']:.0f} | {o['peak_reserved_gib']:.2f} |")
     if "transformers" in res:
         t = res["transformers"]
         print(f"| transformers {res['transformers_version']} generate | {t['generated_tokens']} | {t['seconds']:.2f} | "
               f"{t['tokens_per_s']:.0f} | {t['peak_reserved_gib']:.2f} |")
-        print(f"\nspeedup: {ours['tokens_per_s'] / t['tokens_per_s']:.2f}x")
+        print(f"\nspeedup: {ours_main['tokens_per_s'] / t['tokens_per_s']:.2f}x")
     return 0
 
 

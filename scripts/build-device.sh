@@ -20,7 +20,7 @@ bundle() {  # bundle BINARY DEST_DIR
   ldd "$1" | awk '/=> \//{print $3}' | while read -r lib; do
     case "$(basename "$lib")" in
       libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|ld-linux*) ;;
-      *) case "$lib" in */site-packages/*|*/cuda*/lib*) ;; *) cp -L "$lib" "$2/" ;; esac ;;
+      *) case "$lib" in */site-packages/*|*/cuda*/lib*) ;; *) [ -e "$2/$(basename "$lib")" ] || cp -L "$lib" "$2/" ;; esac ;;
     esac
   done
 }

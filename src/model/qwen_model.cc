@@ -273,39 +273,53 @@ void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, Kv
   at::mm_out(out, h, lm_head_w_.t());
 }
 
-std::vector<std::pair<std::string, at::Tensor>> QwenModel::named_parameters() const {
+template <typename Get>
+std::vector<std::pair<std::string, at::Tensor>> QwenModel::named(Get get) const {
   std::vector<std::pair<std::string, at::Tensor>> p;
   const QwenConfig& c = cfg_;
-  p.emplace_back("model.embed_tokens.weight", embed_);
+  // Views of a fused tensor in HF's pieces; an undefined tensor (no gradient yet) stays so.
+  auto split = [](const at::Tensor& t, std::vector<int64_t> sizes) {
+    if (!t.defined()) return std::vector<at::Tensor>(sizes.size());
+    return t.split_with_sizes(sizes);
+  };
+  p.emplace_back("model.embed_tokens.weight", get(embed_));
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     std::string n = fmt::format("model.layers.{}.", i);
-    auto qkv_w = l.qkv_w.split({c.q_size(), c.kv_size(), c.kv_size()});
-    p.emplace_back(n + "input_layernorm.weight", l.input_norm);
+    auto qkv_w = split(get(l.qkv_w), {c.q_size(), c.kv_size(), c.kv_size()});
+    p.emplace_back(n + "input_layernorm.weight", get(l.input_norm));
     p.emplace_back(n + "self_attn.q_proj.weight", qkv_w[0]);
     p.emplace_back(n + "self_attn.k_proj.weight", qkv_w[1]);
     p.emplace_back(n + "self_attn.v_proj.weight", qkv_w[2]);
     if (l.qkv_b.defined()) {
-      auto b = l.qkv_b.split({c.q_size(), c.kv_size(), c.kv_size()});
+      auto b = split(get(l.qkv_b), {c.q_size(), c.kv_size(), c.kv_size()});
       p.emplace_back(n + "self_attn.q_proj.bias", b[0]);
       p.emplace_back(n + "self_attn.k_proj.bias", b[1]);
       p.emplace_back(n + "self_attn.v_proj.bias", b[2]);
     }
     if (l.q_norm.defined()) {
-      p.emplace_back(n + "self_attn.q_norm.weight", l.q_norm);
-      p.emplace_back(n + "self_attn.k_norm.weight", l.k_norm);
+      p.emplace_back(n + "self_attn.q_norm.weight", get(l.q_norm));
+      p.emplace_back(n + "self_attn.k_norm.weight", get(l.k_norm));
     }
-    p.emplace_back(n + "self_attn.o_proj.weight", l.o_w);
-    if (l.o_b.defined()) p.emplace_back(n + "self_attn.o_proj.bias", l.o_b);
-    p.emplace_back(n + "post_attention_layernorm.weight", l.post_norm);
-    auto gu = l.gate_up_w.chunk(2);
+    p.emplace_back(n + "self_attn.o_proj.weight", get(l.o_w));
+    if (l.o_b.defined()) p.emplace_back(n + "self_attn.o_proj.bias", get(l.o_b));
+    p.emplace_back(n + "post_attention_layernorm.weight", get(l.post_norm));
+    auto gu = split(get(l.gate_up_w), {c.intermediate_size, c.intermediate_size});
     p.emplace_back(n + "mlp.gate_proj.weight", gu[0]);
     p.emplace_back(n + "mlp.up_proj.weight", gu[1]);
-    p.emplace_back(n + "mlp.down_proj.weight", l.down_w);
+    p.emplace_back(n + "mlp.down_proj.weight", get(l.down_w));
   }
-  p.emplace_back("model.norm.weight", final_norm_);
-  if (!c.tie_word_embeddings) p.emplace_back("lm_head.weight", lm_head_w_);
+  p.emplace_back("model.norm.weight", get(final_norm_));
+  if (!c.tie_word_embeddings) p.emplace_back("lm_head.weight", get(lm_head_w_));
   return p;
+}
+
+std::vector<std::pair<std::string, at::Tensor>> QwenModel::named_parameters() const {
+  return named([](const at::Tensor& t) { return t; });
+}
+
+std::vector<std::pair<std::string, at::Tensor>> QwenModel::named_gradients() const {
+  return named([](const at::Tensor& t) { return t.defined() ? t.grad() : at::Tensor(); });
 }
 
 std::vector<at::Tensor> QwenModel::parameters() const {

@@ -62,6 +62,8 @@ class QwenModel {
   // --- training and checkpoints ---------------------------------------------------------
   // Hugging Face names -> tensors (views into the fused storage), in the checkpoint's order.
   std::vector<std::pair<std::string, at::Tensor>> named_parameters() const;
+  // The same names -> the gradients accumulated by backward() (undefined where none).
+  std::vector<std::pair<std::string, at::Tensor>> named_gradients() const;
   // The leaves autograd sees (fused tensors).
   std::vector<at::Tensor> parameters() const;
   void set_requires_grad(bool on);
@@ -79,6 +81,9 @@ class QwenModel {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv(const Layer& l, const at::Tensor& x, const at::Tensor& cos,
                                                      const at::Tensor& sin) const;
   at::Tensor mlp(const Layer& l, const at::Tensor& x) const;
+  // named_parameters() over the tensors get(leaf) returns: the leaves or their gradients.
+  template <typename Get>
+  std::vector<std::pair<std::string, at::Tensor>> named(Get get) const;
   // Runs every layer over h [B, T, hidden]; writes K/V into the cache when given.
   at::Tensor run_layers(at::Tensor h, const at::Tensor& positions, KvCache* cache, const at::Tensor* rows,
                         const at::Tensor* slots) const;

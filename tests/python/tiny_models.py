@@ -3,7 +3,9 @@
 transformers' near-zero init (norm weights around 1, biases non-zero, larger projections) so
 that logits are far from uniform and greedy decoding is not a constant.
 
-As a script: python3 tiny_models.py DIR [qwen2|qwen3]  (used by the C++ client test)."""
+As a script: python3 tiny_models.py DIR [qwen2|qwen3] [--grads]  (used by the C++ tests);
+--grads also writes DIR/reference_grads.safetensors: the gradient of every parameter (HF
+names) of loss = -sum of the token log-probs of GRAD_IDS, for the autograd test."""
 import os
 import sys
 
@@ -61,5 +63,22 @@ def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=tor
     return model, tok
 
 
+GRAD_IDS = [5, 17, 33, 100, 7, 250, 3, 9, 41, 12, 77, 150]
+
+
+def write_reference_grads(model, directory):
+    from safetensors.torch import save_file
+    model.zero_grad()
+    ids = torch.tensor([GRAD_IDS])
+    lp = torch.log_softmax(model(ids).logits[0, :-1].float(), -1).gather(-1, ids[0, 1:, None])
+    (-lp.sum()).backward()
+    grads = {n: p.grad.contiguous() for n, p in model.named_parameters() if p.grad is not None}
+    grads["loss"] = (-lp.sum()).detach().reshape(1)
+    save_file(grads, os.path.join(directory, "reference_grads.safetensors"))
+
+
 if __name__ == "__main__":
-    make_model(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "qwen2")
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    model, _ = make_model(args[0], args[1] if len(args) > 1 else "qwen2", tie=(len(args) > 1 and args[1] == "qwen3"))
+    if "--grads" in sys.argv:
+        write_reference_grads(model, args[0])
