@@ -114,6 +114,7 @@ struct ModelCommands::Impl {
   gen::SamplingParams sp;
   uint64_t seed = 0;
   bool has_seed = false, chat = false, no_progress = false, no_graphs = false;
+  std::string decode_attention = "sdpa";
   int64_t max_batch = 256, max_seq_len = 0;
   std::string stats_file;
 
@@ -163,6 +164,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();
   m.gen->add_option("--max-seq-len", m.max_seq_len, "cache length per sequence (0: longest prompt + max new tokens)");
   m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
   m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
   m.gen->add_option("--stats", m.stats_file, "write throughput and memory as JSON here");
   m.gen->add_flag("--no-progress", m.no_progress, "no progress bar");
@@ -259,6 +261,7 @@ int ModelCommands::Impl::run_generate() {
   eo.max_batch = max_batch;
   eo.max_seq_len = max_seq_len > 0 ? max_seq_len : longest + sp.max_new_tokens;
   eo.cuda_graphs = !no_graphs;
+  eo.decode_attention = decode_attention;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
   for (size_t i = 0; i < items.size(); ++i) {
@@ -296,14 +299,17 @@ int ModelCommands::Impl::run_generate() {
   double tps = st.generated_tokens / secs;
   fmt::print(stderr,
              "\n{:<22}{}\n{:<22}{}\n{:<22}{} generated, {} prompt\n{:<22}{:.2f}\n{:<22}{:.0f}\n{:<22}{} decode steps, {} "
-             "prefills, {} CUDA graphs\n{:<22}{}\n",
+             "prefills, {} CUDA graphs\n{:<22}{}\n{:<22}{:.2f} ms wall, {:.2f} ms model (GPU), {:.2f} ms sampling (GPU)\n",
              "prompts", items.size(), "samples", samples, "tokens", st.generated_tokens, st.prompt_tokens, "seconds", secs,
              "tokens/s", tps, "engine", st.decode_steps, st.prefill_calls, st.graphs_captured, "peak GPU memory",
-             peak_memory(device));
+             peak_memory(device), "per decode step", st.step_wall_ms / std::max<int64_t>(1, st.decode_steps),
+             st.decode_gpu_ms / std::max<int64_t>(1, st.decode_steps), st.sample_gpu_ms / std::max<int64_t>(1, st.decode_steps));
   if (!stats_file.empty()) {
     json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
-           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured}, {"peak_reserved_gib", peak_gib(device)},
+           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured},
+           {"step_wall_ms_total", st.step_wall_ms}, {"decode_gpu_ms_total", st.decode_gpu_ms},
+           {"sample_gpu_ms_total", st.sample_gpu_ms}, {"peak_reserved_gib", peak_gib(device)},
            {"device", device.str()}, {"max_batch", max_batch}};
     std::ofstream(stats_file) << s.dump(2) << "\n";
   }

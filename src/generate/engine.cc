@@ -1,6 +1,7 @@
 #include "generate/engine.h"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <random>
 #include <set>
@@ -10,6 +11,7 @@
 #include "generate/sampler.h"
 #ifdef MUSACODER_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
@@ -220,17 +222,17 @@ struct GenerationEngine::Impl {
       if (it != captured.end()) return it->second->replay();
       // Warm-up run (its results are this step's), then capture for the next steps: capturing
       // records the kernels without running them, so the cache is written once.
-      model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+      model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool);
-      model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+      model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
       g->capture_end();
       captured.emplace(key, std::move(g));
       ++stats.graphs_captured;
       return;
     }
 #endif
-    model.decode(tokens_buf, pos_buf, cache, batch, span, out);
+    model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
   }
 
   void decode_step() {
@@ -251,12 +253,33 @@ struct GenerationEngine::Impl {
         tp[i] = running[i]->last;
         pp[i] = running[i]->pos;
       }
+    auto t0 = std::chrono::steady_clock::now();
     tokens_buf.narrow(0, 0, batch).copy_(tok_h);
     pos_buf.narrow(0, 0, batch).copy_(pos_h);
+#ifdef MUSACODER_CUDA
+    std::optional<at::cuda::CUDAEvent> e0, e1, e2;
+    if (stream) {
+      e0.emplace(cudaEventDefault), e1.emplace(cudaEventDefault), e2.emplace(cudaEventDefault);
+      e0->record();
+    }
+#endif
     run_decode(batch, span);
+#ifdef MUSACODER_CUDA
+    if (stream) e1->record();
+#endif
     ++stats.decode_steps;
     auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
+#ifdef MUSACODER_CUDA
+    if (stream) e2->record();
+#endif
     auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+#ifdef MUSACODER_CUDA
+    if (stream) {
+      stats.decode_gpu_ms += e0->elapsed_time(*e1);
+      stats.sample_gpu_ms += e1->elapsed_time(*e2);
+    }
+#endif
+    stats.step_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     auto ta = toks.accessor<int64_t, 1>();
     auto la = lps.accessor<float, 1>();
     for (int64_t i = 0; i < top; ++i)

@@ -54,10 +54,14 @@ struct EngineOptions {
   int64_t max_seq_len = 2048;    // prompt + generated tokens per sequence
   int64_t prefill_tokens = 16384;  // padded prompt tokens per prefill call
   bool cuda_graphs = true;
+  std::string decode_attention = "sdpa";  // or "matmul" (see QwenModel::decode)
 };
 
 struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, prefill_calls = 0, graphs_captured = 0;
+  // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
+  // sampling, and the whole step on the host clock (the rest is host work and transfers).
+  double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
 };
 
 class GenerationEngine {

@@ -1,5 +1,6 @@
 #include "model/qwen_model.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -244,7 +245,9 @@ at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, 
 }
 
 void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,
-                       at::Tensor& out) const {
+                       at::Tensor& out, const std::string& attention) const {
+  MC_CHECK(attention == "sdpa" || attention == "matmul", "decode attention must be sdpa or matmul, got ", attention);
+  const bool sdpa = attention == "sdpa";
   const int64_t Hkv = cfg_.num_kv_heads, G = cfg_.num_heads / Hkv, D = cfg_.head_dim, L = cache.max_len;
   auto tok = tokens.narrow(0, 0, batch);
   auto pos = positions.narrow(0, 0, batch);
@@ -265,7 +268,14 @@ void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, Kv
     auto q4 = q.view({batch, Hkv, G, D});
     auto kc = cache.k[i].narrow(0, 0, batch).narrow(2, 0, span);
     auto vc = cache.v[i].narrow(0, 0, batch).narrow(2, 0, span);
-    auto o = at::scaled_dot_product_attention(q4, kc, vc, mask);
+    at::Tensor o;
+    if (sdpa) {
+      o = at::scaled_dot_product_attention(q4, kc, vc, mask);
+    } else {
+      auto scores = at::matmul(q4, kc.transpose(-1, -2)).to(at::kFloat) * (1.0 / std::sqrt(static_cast<double>(D)));
+      auto probs = at::softmax(scores.masked_fill(mask.logical_not(), -INFINITY), -1).to(q4.scalar_type());
+      o = at::matmul(probs, vc);
+    }
     h = h + l.out_proj(o.reshape({batch, cfg_.q_size()}));
     h = h + mlp(l, rms_norm(h, l.post_norm));
   }

@@ -56,8 +56,10 @@ class QwenModel {
   // (slot i's K/V for earlier positions are in the cache). Attends over the first `span`
   // cache positions (span > every position). Writes logits into out [batch, vocab]. Static
   // shapes and no host synchronisation, so the step can be captured in a CUDA graph.
+  // attention: "sdpa" (scaled_dot_product_attention with a mask) or "matmul" (two batched
+  // GEMMs around an fp32 softmax); both exact, speed differs by GPU and shape.
   void decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch,
-              int64_t span, at::Tensor& out) const;
+              int64_t span, at::Tensor& out, const std::string& attention = "sdpa") const;
 
   // --- training and checkpoints ---------------------------------------------------------
   // Hugging Face names -> tensors (views into the fused storage), in the checkpoint's order.
