@@ -60,6 +60,7 @@ def main():
     ap.add_argument("--max-batch", type=int, default=512)
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
+    ap.add_argument("--decode-attention", default="matmul", help="sdpa or matmul")
     ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
     a = ap.parse_args()
     make_model(a.model_dir)
@@ -74,7 +75,7 @@ def main():
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
                "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", "1", "--max-batch",
                str(a.max_batch), "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats,
-               "--no-progress", *a.extra, *extra]
+               "--no-progress", "--decode-attention", a.decode_attention, *a.extra, *extra]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0

@@ -114,7 +114,7 @@ struct ModelCommands::Impl {
   gen::SamplingParams sp;
   uint64_t seed = 0;
   bool has_seed = false, chat = false, no_progress = false, no_graphs = false;
-  std::string decode_attention = "sdpa";
+  std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   std::string stats_file;
 

@@ -54,7 +54,8 @@ struct EngineOptions {
   int64_t max_seq_len = 2048;    // prompt + generated tokens per sequence
   int64_t prefill_tokens = 16384;  // padded prompt tokens per prefill call
   bool cuda_graphs = true;
-  std::string decode_attention = "sdpa";  // or "matmul" (see QwenModel::decode)
+  // "matmul" measured faster than "sdpa" on the H100 (6.7 vs 7.9 ms a step at 512 x Qwen-0.5B).
+  std::string decode_attention = "matmul";
 };
 
 struct EngineStats {

@@ -59,7 +59,7 @@ class QwenModel {
   // attention: "sdpa" (scaled_dot_product_attention with a mask) or "matmul" (two batched
   // GEMMs around an fp32 softmax); both exact, speed differs by GPU and shape.
   void decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch,
-              int64_t span, at::Tensor& out, const std::string& attention = "sdpa") const;
+              int64_t span, at::Tensor& out, const std::string& attention = "matmul") const;
 
   // --- training and checkpoints ---------------------------------------------------------
   // Hugging Face names -> tensors (views into the fused storage), in the checkpoint's order.
