@@ -104,6 +104,10 @@ def test_greedy_generation_matches_transformers_generate(models, arch, tmp_path)
     for p, row in zip(prompts, rows):
         assert row["tokens"] == hf_greedy(ref, p, 40)
         assert row["finish_reason"] == "length" and len(row["logprobs"]) == 40
+    # The other decode attention (SDPA instead of two GEMMs) decodes the same tokens.
+    mc("generate", "--model", d, "--device", "cpu", "--prompts", pf, "--temperature", "0", "--max-new-tokens", "40",
+       "--ignore-eos", "--decode-attention", "sdpa", "--out", str(tmp_path / "s.jsonl"), "--no-progress")
+    assert [r["tokens"] for r in read_jsonl(tmp_path / "s.jsonl")] == [r["tokens"] for r in rows]
 
 
 def test_continuous_batching_gives_the_same_tokens(models, tmp_path):
