@@ -11,27 +11,14 @@ import sys
 
 import torch
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
-
-QWEN_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-              r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+from bpe_fixtures import train_bpe
 CORPUS = ["def forward(self, x):\n    return torch.relu(x) * 2\n",
           "__global__ void add(const float* a, float* out, int n) { int i = blockIdx.x; }\n",
           "You write fast CUDA kernels. Write a kernel for softmax over rows.\n"] * 50
 
 
 def make_tokenizer(path):
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(CORPUS, trainer)
-    tok.save(str(path))
-    return tok
+    return train_bpe(path, CORPUS, "qwen", vocab_size=400)
 
 
 def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32):
