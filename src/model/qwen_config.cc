@@ -92,13 +92,19 @@ QwenConfig QwenConfig::from_json(const nlohmann::json& j, const std::string& ori
 
   if (j.contains("dtype") && j["dtype"].is_string()) c.dtype = j["dtype"];
   else if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) c.dtype = j["torch_dtype"];
-  if (j.contains("eos_token_id")) {
-    const auto& e = j["eos_token_id"];
-    if (e.is_number_integer()) c.eos_token_ids.push_back(e.get<int32_t>());
-    else if (e.is_array())
-      for (const auto& x : e) c.eos_token_ids.push_back(x.get<int32_t>());
-  }
+  c.eos_token_ids = eos_ids(j);
   return c;
+}
+
+std::vector<int32_t> QwenConfig::eos_ids(const nlohmann::json& j) {
+  std::vector<int32_t> ids;
+  if (!j.is_object() || !j.contains("eos_token_id")) return ids;
+  const auto& e = j["eos_token_id"];
+  if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+  else if (e.is_array())
+    for (const auto& x : e)
+      if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+  return ids;
 }
 
 }  // namespace mc::model

@@ -34,6 +34,9 @@ struct QwenConfig {
   static QwenConfig from_file(const std::string& path);
   static QwenConfig from_json(const nlohmann::json& j, const std::string& origin = "config.json");
 
+  // eos_token_id of a config or generation config: an id, a list of ids, or absent.
+  static std::vector<int32_t> eos_ids(const nlohmann::json& j);
+
   int64_t q_size() const { return num_heads * head_dim; }
   int64_t kv_size() const { return num_kv_heads * head_dim; }
 };

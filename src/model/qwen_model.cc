@@ -1,5 +1,6 @@
 #include "model/qwen_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -87,6 +88,19 @@ QwenModel QwenModel::load(const std::string& dir, c10::Device device, c10::Scala
   MC_CHECK(fs::is_directory(dir), "model directory ", dir, " does not exist");
   QwenModel m;
   m.cfg_ = QwenConfig::from_file((fs::path(dir) / "config.json").string());
+  // generation_config.json may name more EOS ids than config.json (Qwen instruct models stop
+  // at both <|im_end|> and <|endoftext|>); generation stops at any of them.
+  auto gen_cfg = fs::path(dir) / "generation_config.json";
+  if (fs::exists(gen_cfg)) {
+    try {
+      auto g = QwenConfig::eos_ids(nlohmann::json::parse(std::ifstream(gen_cfg.string())));
+      for (int32_t id : g)
+        if (std::find(m.cfg_.eos_token_ids.begin(), m.cfg_.eos_token_ids.end(), id) == m.cfg_.eos_token_ids.end())
+          m.cfg_.eos_token_ids.push_back(id);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str_cat(gen_cfg.string(), ": not valid JSON: ", e.what()));
+    }
+  }
   if (dtype == c10::ScalarType::Undefined) dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
   const QwenConfig& c = m.cfg_;
   WeightLoader w(dir, device, dtype);

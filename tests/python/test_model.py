@@ -175,6 +175,25 @@ def test_seeds_top_k_top_p(models, tmp_path):
     assert all(t in top5[i].tolist() for i, t in enumerate(toks))
 
 
+def test_eos_from_generation_config(models, tmp_path):
+    """A model stops at every EOS id of config.json and generation_config.json."""
+    d, ref, _ = models["qwen2"]
+    p = prompts_for(ref.config.vocab_size, (9,), seed=6)[0]
+    greedy = hf_greedy(ref, p, 30)
+    stop = greedy[12]
+    v = tmp_path / "m"
+    v.mkdir()
+    for f in os.listdir(d):
+        os.symlink(os.path.join(d, f), v / f) if f != "generation_config.json" else None
+    json.dump({"eos_token_id": [999999, stop]}, open(v / "generation_config.json", "w"))
+    out = tmp_path / "g.jsonl"
+    mc("generate", "--model", str(v), "--device", "cpu", "--prompts", write_jsonl(tmp_path / "p.jsonl", [{"prompt_ids": p}]),
+       "--temperature", "0", "--max-new-tokens", "30", "--out", str(out), "--no-progress")
+    row = read_jsonl(out)[0]
+    k = greedy.index(stop)
+    assert row["tokens"] == greedy[:k + 1] and row["finish_reason"] == "stop"
+
+
 def test_text_prompts_chat_and_stop_strings(models, tmp_path):
     d, ref, tok = models["qwen2"]
     out = tmp_path / "t.jsonl"
