@@ -82,26 +82,16 @@ std::vector<json> read_jsonl(const std::string& path) {
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-std::string peak_memory(c10::Device d) {
+// Peak GPU memory of this process (allocated, reserved) in GiB; nullopt on the CPU.
+std::optional<std::pair<double, double>> peak_memory_gib(c10::Device d) {
 #ifdef MUSACODER_CUDA
   if (d.is_cuda()) {
     auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
     auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    return fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved", st.allocated_bytes[agg].peak / 1073741824.0,
-                       st.reserved_bytes[agg].peak / 1073741824.0);
+    return std::make_pair(st.allocated_bytes[agg].peak / 1073741824.0, st.reserved_bytes[agg].peak / 1073741824.0);
   }
 #endif
-  return "n/a (CPU)";
-}
-
-double peak_gib(c10::Device d) {
-#ifdef MUSACODER_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    return st.reserved_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak / 1073741824.0;
-  }
-#endif
-  return 0;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -251,10 +241,9 @@ int ModelCommands::Impl::run_generate() {
     }
   }
   MC_CHECK(!items.empty(), "no prompts");
-  if (chat || (!prompts_file.empty() && tokenizer && tokenizer->token_to_id("<|im_end|>") >= 0)) {
-    int32_t im_end = tokenizer ? tokenizer->token_to_id("<|im_end|>") : -1;
-    if (chat && im_end >= 0) sp.stop_token_ids.push_back(im_end);
-  }
+  // ChatML turns end with <|im_end|>: --chat stops there.
+  if (chat && tokenizer && tokenizer->token_to_id("<|im_end|>") >= 0)
+    sp.stop_token_ids.push_back(tokenizer->token_to_id("<|im_end|>"));
   int64_t longest = 0;
   for (const auto& it : items) longest = std::max<int64_t>(longest, it.ids.size());
   gen::EngineOptions eo;
@@ -296,20 +285,22 @@ int ModelCommands::Impl::run_generate() {
       ++samples;
     }
   const auto& st = engine.stats();
+  auto peak = peak_memory_gib(device);
   double tps = st.generated_tokens / secs;
   fmt::print(stderr,
              "\n{:<22}{}\n{:<22}{}\n{:<22}{} generated, {} prompt\n{:<22}{:.2f}\n{:<22}{:.0f}\n{:<22}{} decode steps, {} "
              "prefills, {} CUDA graphs\n{:<22}{}\n{:<22}{:.2f} ms wall, {:.2f} ms model (GPU), {:.2f} ms sampling (GPU)\n",
              "prompts", items.size(), "samples", samples, "tokens", st.generated_tokens, st.prompt_tokens, "seconds", secs,
              "tokens/s", tps, "engine", st.decode_steps, st.prefill_calls, st.graphs_captured, "peak GPU memory",
-             peak_memory(device), "per decode step", st.step_wall_ms / std::max<int64_t>(1, st.decode_steps),
+             peak ? fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved", peak->first, peak->second) : "n/a (CPU)",
+             "per decode step", st.step_wall_ms / std::max<int64_t>(1, st.decode_steps),
              st.decode_gpu_ms / std::max<int64_t>(1, st.decode_steps), st.sample_gpu_ms / std::max<int64_t>(1, st.decode_steps));
   if (!stats_file.empty()) {
     json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
            {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured},
            {"step_wall_ms_total", st.step_wall_ms}, {"decode_gpu_ms_total", st.decode_gpu_ms},
-           {"sample_gpu_ms_total", st.sample_gpu_ms}, {"peak_reserved_gib", peak_gib(device)},
+           {"sample_gpu_ms_total", st.sample_gpu_ms}, {"peak_reserved_gib", peak ? peak->second : 0.0},
            {"device", device.str()}, {"max_batch", max_batch}};
     std::ofstream(stats_file) << s.dump(2) << "\n";
   }

@@ -70,13 +70,14 @@ struct OpenAIServer::Impl {
     return {{"prompt_tokens", prompt}, {"completion_tokens", gen}, {"total_tokens", prompt + gen}};
   }
 
-  std::vector<Completion> run(GenerationRequest r) {
+  // submit() validates the request: what it refuses is the client's error (400); what fails
+  // later, inside the engine, surfaces from get() as a server error (500).
+  std::future<std::vector<Completion>> submit(GenerationRequest r) {
     try {
-      engine.validate(r);
+      return engine.submit(std::move(r));
     } catch (const Error& e) {
       throw BadRequest(e.what());
     }
-    return engine.submit(std::move(r)).get();
   }
 
   json completions(const json& body) {
@@ -106,13 +107,7 @@ struct OpenAIServer::Impl {
     std::vector<std::future<std::vector<Completion>>> futures;
     for (auto& ids : prompts) {
       prompt_tokens += ids.size();
-      GenerationRequest r{ids, sp};
-      try {
-        engine.validate(r);
-      } catch (const Error& e) {
-        throw BadRequest(e.what());
-      }
-      futures.push_back(engine.submit(std::move(r)));
+      futures.push_back(submit({ids, sp}));
     }
     for (auto& f : futures) {
       auto cs = f.get();
@@ -166,7 +161,7 @@ struct OpenAIServer::Impl {
     // Without an explicit limit, generate as far as the context allows.
     if (!body.contains("max_tokens") && !body.contains("max_completion_tokens"))
       sp.max_new_tokens = std::max<int>(1, engine.options().max_seq_len - ids.size());
-    auto cs = run({ids, sp});
+    auto cs = submit({ids, sp}).get();
     json choices = json::array();
     for (size_t i = 0; i < cs.size(); ++i) {
       const auto& c = cs[i];

@@ -65,10 +65,6 @@ class WeightLoader {
     auto cpu = at::from_blob(const_cast<uint8_t*>(tv->data), tv->shape, at::TensorOptions().dtype(to_scalar_type(tv->dtype, name)));
     return cpu.to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
   }
-  bool has(const std::string& name) const {
-    auto names = ckpt_.names();
-    return std::binary_search(names.begin(), names.end(), name);
-  }
 
  private:
   Checkpoint ckpt_;
