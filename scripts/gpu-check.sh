@@ -2,13 +2,13 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite bench service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite bench timing service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite bench service synth model genbench"}
+STAGES=${STAGES:-"env suite bench timing service synth model genbench"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device-dist/musacoder ]; then BIN=$PWD/build-device-dist/musacoder
@@ -52,6 +52,8 @@ for stage in $STAGES; do
       fi
       REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
+    timing)
+      python3 bench/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
     model)
       python3 tests/gpu/model_parity.py --musacoder "$BIN" --out "$OUT/model_parity.json" 2>&1 | tee "$OUT/model.log" || rc=1 ;;
     genbench)

@@ -299,6 +299,7 @@ class Judge:
     def _time(self, req, prob, ref_model, cand, res, dtype, seed):
         torch = self.torch
         from .inputs import timing_sets
+        from .timing import iterations_for
         from .transport import describe_value
         k = int(req.get("timing_input_sets", 3))
         budget = float(req.get("timing_budget_s", 2.0))
@@ -320,7 +321,7 @@ class Judge:
         pilot_us = (time.perf_counter() - t0) * 1e6 / 5
         self._ask(cand, None, left(), "timing")  # its outputs
         cand.send({"op": "release"})
-        iters = int(min(1000, max(10, budget * 1e6 / max(pilot_us, 1.0))))
+        iters = iterations_for(pilot_us, budget)
         # A busy host (spares starting, compilers) can stretch the judge's wall clock past the
         # consistency bound for an honest kernel; the measurement is repeated once before a
         # mismatch counts. A forged clock fails both times.
@@ -335,7 +336,7 @@ class Judge:
         """One timed run: checks its outputs, fills the timing into res. Returns "" or, when
         the candidate's clock disagrees with the judge's, why."""
         from .compare import compare_outputs
-        from .timing import stats
+        from .timing import center_us, stats
         from .transport import open_tensor
         t0 = time.perf_counter()
         rep = self._ask(cand, {"op": "time", "input_sets": descs, "iters": iters}, left(), "timing")
@@ -369,12 +370,12 @@ class Judge:
                     f"{wall_us / 1e3:.1f} ms (overhead {overhead / 1e3:.1f} ms)")
         res["candidate_time"] = stats(times)
         res["timing_wall_us_per_iter"] = wall_us / iters
-        res["speedup"] = res["reference_time"]["median_us"] / res["candidate_time"]["median_us"]
+        res["speedup"] = center_us(res["reference_time"]) / center_us(res["candidate_time"])
         return ""
 
     def reference_time(self, req, prob, ref_model, sets, compile_mode=None):
         from .timing import time_adaptive
-        key = hashlib.sha256(json.dumps([prob.__mc_sha__, self.gpu, req.get("precision", "fp32"),
+        key = hashlib.sha256(json.dumps(["timing-v2", prob.__mc_sha__, self.gpu, req.get("precision", "fp32"),
                                          self.torch.__version__, req.get("seed", 42),
                                          len(sets), compile_mode or "eager"]).encode()).hexdigest()
         path = os.path.join(self.cache_dir, "reference", key + ".json") if self.cache_dir else None

@@ -7,7 +7,8 @@ namespace {
 
 nlohmann::json timing_json(const std::optional<TimingStats>& t) {
   if (!t) return nullptr;
-  return {{"median_us", t->median_us}, {"mean_us", t->mean_us}, {"std_us", t->std_us},
+  return {{"median_us", t->median_us}, {"trimmed_mean_us", t->trimmed_mean_us},
+          {"mean_us", t->mean_us}, {"std_us", t->std_us},
           {"p10_us", t->p10_us},       {"p90_us", t->p90_us},   {"n", t->n}};
 }
 
@@ -18,6 +19,7 @@ std::optional<TimingStats> timing_from_json(const nlohmann::json& j) {
   TimingStats t;
   t.median_us = j.value("median_us", 0.0);
   t.mean_us = j.value("mean_us", 0.0);
+  t.trimmed_mean_us = j.value("trimmed_mean_us", t.median_us);
   t.std_us = j.value("std_us", 0.0);
   t.p10_us = j.value("p10_us", 0.0);
   t.p90_us = j.value("p90_us", 0.0);

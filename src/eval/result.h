@@ -16,6 +16,7 @@ inline constexpr int kResultFormatVersion = 1;
 
 struct TimingStats {
   double median_us = 0, mean_us = 0, std_us = 0, p10_us = 0, p90_us = 0;
+  double trimmed_mean_us = 0;  // mean of p5..p95
   int n = 0;  // timed iterations
 };
 
@@ -56,7 +57,7 @@ struct EvalResult {
 };
 
 nlohmann::json to_json(const EvalResult& r);
-// Reads {median_us, mean_us, std_us, p10_us, p90_us, n}; nullopt for null or a non-object.
+// Reads {median_us, trimmed_mean_us, mean_us, std_us, p10_us, p90_us, n}; nullopt for null or a non-object.
 std::optional<TimingStats> timing_from_json(const nlohmann::json& j);
 EvalResult result_from_json(const nlohmann::json& j);  // throws mc::Error on schema mismatch
 

@@ -1,12 +1,33 @@
 """The shared timing loop and its statistics (CPU mode; the GPU suite times on the device)."""
 import torch
 
-from musacoder_harness.timing import L2Flusher, stats, time_adaptive, time_iterations
+from musacoder_harness.timing import L2Flusher, center_us, stats, time_adaptive, time_iterations
 
 
 def test_stats():
     s = stats([3.0, 1.0, 2.0, 10.0])
     assert s["median_us"] == 2.5 and s["min_us"] == 1.0 and s["max_us"] == 10.0 and s["n"] == 4
+
+
+def test_trimmed_mean_drops_the_tails_and_speedups_use_the_median():
+    s = stats([100.0] + [5.0] * 17 + [6.0, 0.1])
+    assert s["trimmed_mean_us"] == (5.0 * 17 + 6.0) / 18 and s["mean_us"] > 9
+    assert center_us(s) == 5.0
+
+
+def test_recent_outputs_are_held_so_outputs_land_at_several_addresses():
+    import musacoder_harness.timing as timing
+    seen = []
+
+    def fn(x):
+        y = torch.empty_like(x)
+        seen.append(y.data_ptr())
+        return y.copy_(x)
+    sets = [[torch.ones(1024)]]
+    time_iterations(fn, sets, "cpu", L2Flusher("cpu"), 40)
+    # CPU tensors are not pooled like CUDA's caching allocator; what is checked here is that
+    # up to HOLD_MAX outputs stay alive at once (distinct live addresses).
+    assert len(set(seen[-timing.HOLD_MAX:])) == timing.HOLD_MAX
 
 
 def test_iterations_rotate_input_sets_and_keep_last_outputs():
