@@ -121,8 +121,8 @@ int cmd_baseline(RunOptions& o, bool with_compile) {
   return res["errors"].empty() ? 0 : 1;
 }
 
-// Builds the precompiled header a KernelBench-format compile uses, so that even the first
-// candidate compiled from this cache folder finds it.
+// Builds what KernelBench-format compiles use once per toolchain (the precompiled header, the
+// torch shim's bridge), so that even the first candidate compiled from this cache finds them.
 int cmd_prepare(const std::string& cache_dir) {
   auto t0 = std::chrono::steady_clock::now();
   CompilePoolOptions po;
@@ -132,10 +132,10 @@ int cmd_prepare(const std::string& cache_dir) {
   std::string why = pool.prepare();
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!why.empty()) {
-    fmt::print(stderr, "musacoder prepare: precompiled header not built: {}\n", why);
+    fmt::print(stderr, "musacoder prepare: {}\n", why);
     return 1;
   }
-  fmt::print("precompiled torch header ready in {} ({:.1f} s)\n", cache_dir, s);
+  fmt::print("precompiled torch header and torch shim bridge ready in {} ({:.1f} s)\n", cache_dir, s);
   return 0;
 }
 
@@ -238,7 +238,7 @@ int main(int argc, char** argv) {
   base->add_flag("--compile", base_compile, "also time torch.compile");
 
   std::string prep_cache;
-  auto* prep = app.add_subcommand("prepare", "build this machine's toolchain artifacts (the precompiled torch header) once");
+  auto* prep = app.add_subcommand("prepare", "build this machine's toolchain artifacts (precompiled torch header, torch shim bridge) once");
   prep->add_option("--cache-dir", prep_cache, "cache folder to prepare")->envname("MUSACODER_CACHE_DIR");
 
   ServeCommands serve_cmds(app);

@@ -239,6 +239,10 @@ CompileOutcome CompilePool::compile_now(const CompileRequest& req) {
                                                               : req.calls[i].source_key();
       out.modules.push_back({key, built[i].first, b.so_path});
     }
+    bool shim = false;
+    for (const auto& m : out.modules) shim |= m.so_path.size() > 8 && m.so_path.ends_with(".shim.so");
+    if (shim && out.status == CompileOutcome::Status::kOk)
+      out.modules.push_back({kShimBridgeKey, kShimBridgeKey, shim_bridge()});
   } catch (const std::exception& e) {
     out.status = CompileOutcome::Status::kInfraError;
     out.error = e.what();
@@ -257,7 +261,7 @@ CompilePool::Built CompilePool::build_cached(
     auto j = nlohmann::json::parse(read_file(st));
     b.ok = j.at("ok");
     b.log = j.value("log", "");
-    b.so_path = (dir / so_name).string();
+    b.so_path = (dir / j.value("so_name", so_name)).string();
     b.cached = true;
     return true;
   };
@@ -274,11 +278,14 @@ CompilePool::Built CompilePool::build_cached(
     fs::remove_all(tmp);
     return b;
   }
-  nlohmann::json st = {{"ok", b.ok}, {"log", b.log}, {"seconds", b.seconds}, {"steps", b.steps}};
+  // A build may name its product itself (the shim tier's "<name>.shim.so").
+  std::string product = b.so_path.empty() ? so_name : fs::path(b.so_path).filename().string();
+  nlohmann::json st = {{"ok", b.ok}, {"log", b.log}, {"seconds", b.seconds}, {"steps", b.steps},
+                       {"so_name", product}};
   write_file_atomic(tmp / "status.json", st.dump());
   fs::remove_all(dir);
   fs::rename(tmp, dir);
-  b.so_path = (dir / so_name).string();
+  b.so_path = (dir / product).string();
   b.cached = false;
   return b;
 }
@@ -313,15 +320,55 @@ std::string CompilePool::prepare() {
     return e.what();
   }
   pch_if_ready();
+  std::string bridge = shim_bridge();
   while (!pch_done_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  return pch_ready_.load() ? "" : (pch_error_.empty() ? "not built" : pch_error_);
+  if (!pch_ready_.load()) return pch_error_.empty() ? "precompiled header not built" : pch_error_;
+  return bridge.empty() ? "torch shim bridge not built: " + bridge_error_ : "";
+}
+
+std::string CompilePool::shim_bridge() {
+  std::call_once(bridge_once_, [&] {
+    try {
+      tc_.load_torch_info();
+      std::string src = read_file(fs::path(tc_.shim_dir) / "bridge.cc");
+      std::string abi = read_file(fs::path(tc_.include_dir) / "musacoder" / "torch_shim_abi.h");
+      fs::path dir = fs::path(opts_.cache_dir) / "shim-bridge" /
+                     KeyBuilder().add(tc_.id()).add(src).add(abi).hex().substr(0, 24);
+      fs::path so = dir / "mc_shim_bridge.so";
+      fs::create_directories(dir);
+      FileLock lock((dir / "build.lock").string());
+      if (!fs::exists(dir / "ok")) {
+        bool cuda = !tc_.torch_cuda.empty();
+        std::vector<std::string> cmd = {tc_.cxx, "-O2", "-shared", "-fPIC", "-std=c++17",
+                                        "-DTORCH_EXTENSION_NAME=mc_shim_bridge",
+                                        "-DTORCH_API_INCLUDE_EXTENSION_H"};
+        if (cuda) append(cmd, {"-DMC_BRIDGE_CUDA", "-isystem", tc_.cuda_home + "/include"});
+        for (const auto& p : tc_.torch_include_paths) append(cmd, {"-isystem", p});
+        append(cmd, {"-isystem", tc_.python_include, "-I" + tc_.include_dir,
+                     (fs::path(tc_.shim_dir) / "bridge.cc").string(), "-o", so.string()});
+        for (const auto& p : tc_.torch_library_paths) cmd.push_back("-L" + p);
+        append(cmd, {"-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"});
+        if (cuda) cmd.push_back("-lc10_cuda");
+        auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
+        if (!r[0].status.ok()) {
+          bridge_error_ = trim_compiler_log(r[0].output);
+          return;
+        }
+        write_file_atomic(dir / "ok", "");
+      }
+      bridge_path_ = so.string();
+    } catch (const std::exception& e) {
+      bridge_error_ = e.what();
+    }
+  });
+  return bridge_path_;
 }
 
 void CompilePool::start_preparing() {
   if (prepare_thread_.joinable()) return;
   prepare_thread_ = std::thread([this] {
     std::string why = prepare();
-    if (!why.empty()) fprintf(stderr, "compile pool: no precompiled header (%s)\n", why.substr(0, 300).c_str());
+    if (!why.empty()) fprintf(stderr, "compile pool: toolchain not fully prepared (%s)\n", why.substr(0, 300).c_str());
   });
 }
 
@@ -368,12 +415,95 @@ void CompilePool::build_pch() {
   }
 }
 
+CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std::string& dir) {
+  Built b;
+  auto t0 = Clock::now();
+  std::string main_cpp = "#include <torch/extension.h>\n" + join(call.cpp_sources) + "\n\n";
+  main_cpp += "MC_SHIM_EXPORT int mc_shim_abi_version(void) { return MC_SHIM_ABI_VERSION; }\n";
+  main_cpp += "MC_SHIM_EXPORT void mc_shim_init(const mc_shim_ops* o) { ::mc_shim::ops() = o; }\n";
+  for (const auto& f : call.functions)
+    main_cpp += "MC_SHIM_EXPORT int mc_shim_call_" + f +
+                "(const mc_shim_value* a, int n, mc_shim_result* r, char* e, int el) {\n"
+                "  return ::mc_shim::invoke(\"" + f + "\", &" + f + ", a, n, r, e, el);\n}\n";
+  write_file_atomic(fs::path(dir) / "main.cpp", main_cpp);
+  bool cuda = call.with_cuda && !call.cuda_sources.empty();
+  if (cuda)
+    write_file_atomic(fs::path(dir) / "cuda.cu",
+                      "#include <torch/types.h>\n#include <cuda.h>\n#include <cuda_runtime.h>\n\n" +
+                          join(call.cuda_sources) + "\n");
+  // Half and BFloat16 come from c10's own small headers, only when a source names them.
+  std::string all = join(call.cpp_sources) + join(call.cuda_sources);
+  bool half = false;
+  for (const char* w : {"Half", "BFloat16", "_AND2", "_AND(", "REDUCED_FLOATING"})
+    half |= all.find(w) != std::string::npos;
+  std::vector<std::string> common = {"-DTORCH_EXTENSION_NAME=" + call.name, "-I" + tc_.shim_dir,
+                                     "-I" + tc_.include_dir};
+  if (half) {
+    common.push_back("-DMC_SHIM_WITH_HALF");
+    if (!tc_.torch_include_paths.empty()) append(common, {"-isystem", tc_.torch_include_paths[0]});
+  }
+  for (const auto& p : call.extra_include_paths) append(common, {"-I", p});
+  std::vector<std::string> cxx = {tc_.cxx};
+  append(cxx, common);
+  if (call.with_cuda) append(cxx, {"-isystem", tc_.cuda_home + "/include"});  // as load_inline
+  append(cxx, {"-fPIC", "-std=c++17"});
+  append(cxx, nonempty(call.extra_cflags));
+  append(cxx, {"-c", "main.cpp", "-o", "main.o"});
+  std::vector<std::vector<std::string>> cmds = {cxx};
+  if (cuda) {
+    std::vector<std::string> nv = {tc_.nvcc};
+    append(nv, common);
+    append(nv, tc_.nvcc_flags);
+    append(nv, {"-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
+                "--compiler-options", "-fPIC", "-std=c++17"});
+    append(nv, nonempty(call.extra_cuda_cflags));
+    append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
+    cmds.push_back(nv);
+  }
+  auto r = run_parallel(cmds, dir, opts_.timeout_s);
+  b.steps["shim_compile_s"] = since(t0);
+  for (const auto& step : r) {
+    if (step.status.ok()) continue;
+    if (step.status.term_signal && !step.status.timed_out) {
+      b.infra = true;
+      b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
+      return b;
+    }
+    b.steps["shim_error"] = trim_compiler_log(step.output, 6);
+    return b;
+  }
+  std::vector<std::string> link = {tc_.cxx, "main.o"};
+  if (cuda) link.push_back("cuda.o");
+  link.push_back("-shared");
+  if (call.with_cuda) append(link, {"-L" + tc_.cuda_home + "/lib64", "-lcudart"});
+  append(link, nonempty(call.extra_ldflags));
+  append(link, {"-o", call.name + ".shim.so"});
+  auto tl = Clock::now();
+  auto l = run_parallel({link}, dir, opts_.timeout_s);
+  b.steps["link_s"] = since(tl);
+  if (!l[0].status.ok()) {
+    b.steps["shim_error"] = trim_compiler_log(l[0].output, 6);
+    return b;
+  }
+  b.ok = true;
+  b.steps["tier"] = "shim";
+  b.seconds = since(t0);
+  b.so_path = (fs::path(dir) / (call.name + ".shim.so")).string();
+  return b;
+}
+
 CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
   tc_.load_torch_info();
-  std::string key = KeyBuilder().add("ext-v1").add(tc_.id()).add(call.source_key()).hex();
+  std::string key = KeyBuilder().add("ext-v2").add(tc_.id()).add(call.source_key()).hex();
   return build_cached(key, call.name + ".so", [&](const std::string& dir) {
     Built b;
     auto t0 = Clock::now();
+    const char* shim_env = getenv("MUSACODER_TORCH_SHIM");
+    if (!(shim_env && std::string(shim_env) == "0") && !shim_bridge().empty()) {
+      Built s = build_shim(call, dir);
+      if (s.ok || s.infra) return s;
+      b.steps = s.steps;  // why the shim was not enough stays visible in status.json
+    }
     std::string pch = pch_if_ready();
     // Sources laid out exactly as load_inline writes them.
     std::string main_cpp = "#include <torch/extension.h>\n" + join(call.cpp_sources) + "\n";
@@ -465,6 +595,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     b.steps["link_s"] = since(tl);
     b.seconds = since(t0);
     b.ok = l[0].status.ok();
+    b.steps["tier"] = "torch";
     if (!b.ok) b.log = trim_compiler_log(l[0].output);
     return b;
   });

@@ -3,6 +3,10 @@
 // errors are cached too (they are deterministic); infrastructure failures are not.
 //
 // KernelBench candidates are built as load_inline would build them, faster:
+//   - first against the torch shim (torch_shim/): no ATen headers, no per-candidate pybind11
+//     binding; a bridge built once per toolchain calls the candidate's functions through a C
+//     ABI (include/musacoder/torch_shim_abi.h). About 2 CPU-seconds instead of ~20;
+//   - when a source needs more of libtorch than the shim has, as below:
 //   - the C++/binding unit includes a precompiled <torch/extension.h> once it exists (built
 //     once per toolchain, in the background: until it is ready, units compile without it,
 //     which costs CPU time but no latency, as the CUDA unit takes as long);
@@ -38,10 +42,14 @@ struct CompileRequest {
 };
 
 struct CompiledModule {
-  std::string source_key;   // LoadInlineCall::source_key(), or the native source's digest
+  // LoadInlineCall::source_key(), the native source's digest, or kShimBridgeKey for the
+  // bridge that shim-built modules are loaded through
+  std::string source_key;
   std::string module_name;  // load_inline's `name` (native: "native")
   std::string so_path;
 };
+
+inline constexpr const char* kShimBridgeKey = "mc_shim_bridge";
 
 struct CompileOutcome {
   enum class Status { kOk, kCompileError, kInfraError };
@@ -78,6 +86,11 @@ class CompilePool {
   // first candidates already find it.
   std::string prepare();
   void start_preparing();
+
+  // The shim tier's bridge (a Python extension against this machine's libtorch), built once
+  // per toolchain; "" when it cannot be built (the shim tier is then skipped). Blocks while
+  // another thread builds it.
+  std::string shim_bridge();
   struct Load {
     size_t workers = 0, busy = 0, queued = 0;
   };
@@ -92,6 +105,8 @@ class CompilePool {
   };
   Built build_native(const std::string& source);
   Built build_extension(const LoadInlineCall& call);
+  // The shim tier in `dir`: ok with so_path set, or not ok (the caller falls back).
+  Built build_shim(const LoadInlineCall& call, const std::string& dir);
   Built build_cached(const std::string& key, const std::string& so_name,
                      const std::function<Built(const std::string& dir)>& build);
   // Folder holding torch_ext.h(.gch) when the precompiled header is ready, else "" (and its
@@ -115,6 +130,8 @@ class CompilePool {
   std::atomic<bool> pch_done_{false};  // build finished, with or without success
   std::thread prepare_thread_;
   std::string pch_dir_, pch_error_;  // written by pch_thread_ before pch_ready_ is set
+  std::once_flag bridge_once_;
+  std::string bridge_path_, bridge_error_;  // set once, under bridge_once_
 };
 
 // Keeps the lines of a compiler log that matter for repair: errors with a little context,

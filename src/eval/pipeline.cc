@@ -76,6 +76,8 @@ bool apply_compile(EvalResult& r, const CompileOutcome& co, const EvalConfig& cf
     return false;
   }
   r.compiled = true;
+  for (const auto& m : co.modules)
+    if (m.source_key == kShimBridgeKey) r.compile_path = "pool-shim";  // built against the torch shim
   if (cfg.compile_only) {
     r.verdict = Verdict::kCompiled;
     r.reason = "compiled (compile-only job)";

@@ -55,6 +55,8 @@ void Toolchain::load_torch_info() {
   torch_cuda = j.value("torch_cuda", "");
   python_include = j.at("python_include");
   cuda_home = j.value("cuda_home", "");
+  if (cuda_home.empty() && nvcc.find('/') != std::string::npos)
+    cuda_home = fs::path(nvcc).parent_path().parent_path().string();  // <home>/bin/nvcc
   torch_include_paths = j.at("include_paths").get<std::vector<std::string>>();
   torch_library_paths = j.at("library_paths").get<std::vector<std::string>>();
   nvcc_flags = j.at("nvcc_flags").get<std::vector<std::string>>();
@@ -67,6 +69,7 @@ Toolchain discover_toolchain(const std::string& cuda_arch_override) {
   t.harness_dir = env_or("MUSACODER_HARNESS_DIR", home + "/python");
   t.include_dir = home + "/include";
   t.lite_header_dir = home + "/src/eval/lite_headers";
+  t.shim_dir = home + "/src/eval/torch_shim";
   t.python = env_or("MUSACODER_PYTHON", "python3");
   std::string cuda_home = env_or("CUDA_HOME", "/usr/local/cuda");
   t.nvcc = fs::exists(cuda_home + "/bin/nvcc") ? cuda_home + "/bin/nvcc" : "nvcc";

@@ -16,6 +16,7 @@ struct Toolchain {
   std::string harness_dir;        // folder that holds the musacoder_harness package
   std::string include_dir;        // MusaCoder's include/ (native_abi.h)
   std::string lite_header_dir;    // shadow torch/extension.h for the fast tier (see compile_pool.cc)
+  std::string shim_dir;           // torch_shim/: headers and bridge of the shim tier
   // torch extension facts (filled by load_torch_info(); empty until then)
   bool torch_loaded = false;
   std::string torch_version, torch_cuda, python_include, cuda_home;

@@ -118,6 +118,7 @@ void handle_compile(Shared& sh, RedisQueue& q, eval::CompilePool& pool, const De
       return;
     }
     compiled["modules"] = upload_modules(q, co);
+    compiled["compile_path"] = r.compile_path;  // apply_compile may have named the shim tier
     compiled["compile_s"] = co.seconds;
     compiled["compile_cached"] = co.cached;
   }

@@ -79,6 +79,116 @@ TEST(CompilePool, CudaTorchExtensionFastTier) {
   ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
 }
 
+bool built_against_shim(const CompileOutcome& out) {
+  bool shim = false, bridge = false;
+  for (const auto& m : out.modules) {
+    shim |= m.so_path.ends_with(".shim.so");
+    bridge |= m.source_key == kShimBridgeKey && mc::fs::exists(m.so_path);
+  }
+  return shim && bridge;
+}
+
+// Every honest KernelBench case builds against the torch shim (no ATen headers, no binding
+// unit), and the outcome carries the bridge its modules are loaded through.
+TEST(CompilePool, HonestKernelsBuildAgainstTheTorchShim) {
+  for (const auto& path : mc::test::case_files("gpu/honest")) {
+    auto out = pool().compile_now(kernelbench_request(path));
+    ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << path << out.log << out.error;
+    EXPECT_TRUE(built_against_shim(out)) << path;
+  }
+  auto out = pool().compile_now(kernelbench_request(mc::test::cases_dir() + "/cpu/honest_add.py"));
+  EXPECT_TRUE(built_against_shim(out));
+}
+
+// What the shim lacks is built with libtorch's headers (here torch::indexing)...
+TEST(CompilePool, ShimFallsBackToLibtorchHeaders) {
+  auto out = pool().compile_now(cuda_ext("shim_fallback_ext", R"(
+#include <torch/extension.h>
+torch::Tensor f(torch::Tensor x) { using namespace torch::indexing; return x.index({Slice(0, 2)}); }
+)"));
+  ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
+  EXPECT_FALSE(built_against_shim(out));
+}
+
+// Arguments and results cross the bridge as they would through load_inline's pybind11
+// binding: tensors (any strides), ints, floats, bools, lists, tuples; libtorch's errors
+// (data_ptr<T> on the wrong dtype, TORCH_CHECK, bad dims) arrive as Python exceptions.
+TEST(TorchShim, ArgumentsResultsAndErrorsCrossTheBridge) {
+  CompileRequest r;
+  LoadInlineCall c;
+  c.name = "shim_abi_ext";
+  c.with_cuda = false;
+  c.cpp_sources = {R"(
+#include <torch/extension.h>
+#include <vector>
+torch::Tensor add(torch::Tensor a, torch::Tensor b) {
+  TORCH_CHECK(a.sizes() == b.sizes(), "sizes differ: ", a.sizes(), " vs ", b.sizes());
+  auto ac = a.contiguous(), bc = b.contiguous();
+  auto out = torch::empty_like(ac);
+  const float* x = ac.data_ptr<float>(); const float* y = bc.data_ptr<float>();
+  float* o = out.data_ptr<float>();
+  for (int64_t i = 0; i < ac.numel(); ++i) o[i] = x[i] + y[i];
+  return out;
+}
+std::vector<torch::Tensor> many(std::vector<torch::Tensor> xs, double s, int64_t k, bool neg) {
+  return {torch::zeros({k, 2}, xs[0].options()), xs[1].view({-1}),
+          torch::full({2}, neg ? -s : s, torch::dtype(torch::kFloat32))};
+}
+std::tuple<torch::Tensor, int64_t, double> tup(torch::Tensor a) {
+  return {a.t().contiguous(), a.size(-1), static_cast<double>(a.stride(0))};
+}
+torch::Tensor wrong_dtype(torch::Tensor a) { a.data_ptr<double>(); return a; }
+int64_t bad_dim(torch::Tensor a) { return a.size(5); }
+)"};
+  c.functions = {"add", "many", "tup", "wrong_dtype", "bad_dim"};
+  r.calls = {c};
+  auto out = pool().compile_now(r);
+  ASSERT_EQ(out.status, CompileOutcome::Status::kOk) << out.log << out.error;
+  ASSERT_TRUE(built_against_shim(out));
+  std::string so, bridge;
+  for (const auto& m : out.modules) (m.source_key == kShimBridgeKey ? bridge : so) = m.so_path;
+  std::string script = R"PY(
+import importlib.machinery, importlib.util, sys, torch
+path = sys.argv[1]
+loader = importlib.machinery.ExtensionFileLoader("mc_shim_bridge", path)
+spec = importlib.util.spec_from_file_location("mc_shim_bridge", path, loader=loader)
+bridge = importlib.util.module_from_spec(spec); loader.exec_module(bridge)
+f = bridge.load(sys.argv[2], ["add", "many", "tup", "wrong_dtype", "bad_dim"])
+a, b = torch.randn(3, 4), torch.randn(3, 4)
+assert torch.equal(f["add"](a, b), a + b)
+assert torch.equal(f["add"](a.t(), b.t()), a.t() + b.t())
+z, v, s = f["many"]([a, b], 2.5, 3, True)
+assert z.shape == (3, 2) and not z.any() and torch.equal(v, b.view(-1)) and s.tolist() == [-2.5, -2.5]
+t, n, st = f["tup"](a)
+assert torch.equal(t, a.t().contiguous()) and n == 4 and st == 4.0
+def fails(fn, words):
+    try:
+        fn()
+    except Exception as e:
+        assert words in str(e), (words, str(e))
+        return
+    raise AssertionError("no error: " + words)
+fails(lambda: f["wrong_dtype"](a), "expected scalar type Double but found Float")
+fails(lambda: f["add"](a, torch.randn(2)), "sizes differ: [3, 4] vs [2]")
+fails(lambda: f["bad_dim"](a), "Dimension out of range")
+fails(lambda: f["add"](a), "takes 2 arguments (1 given)")
+fails(lambda: f["add"](a, "x"), "cannot pass a str argument")
+fails(lambda: f["many"](a, 1.0, 1, True), "incompatible argument 1")
+fails(lambda: bridge.load(sys.argv[2], ["nope"]), "has no function nope")
+print("bridge ok")
+)PY";
+  mc::TempDir dir;
+  mc::write_file_atomic(dir.path() / "check.py", script);
+  mc::SubprocessOptions o;
+  o.argv = {"python3", (dir.path() / "check.py").string(), bridge, so};
+  auto res = mc::run_command(o, 120000);
+  EXPECT_TRUE(res.status.ok()) << res.out << res.err;
+  EXPECT_NE(res.out.find("bridge ok"), std::string::npos) << res.out << res.err;
+}
+
+// ...and a source that needs a CUDA header it did not include fails against the shim too
+// (RejectsWhatRealLoadInlineRejects below): the shim accepts no more than libtorch does.
+
 // The light header is a strict subset of torch/extension.h: what it lacks makes the pool fall
 // back to the real headers (here torch::indexing, which only the real header provides)...
 TEST(CompilePool, FallsBackToRealHeadersWhenTheLightOneIsNotEnough) {

@@ -84,6 +84,7 @@ TEST(EvaluatorCpu, CaseFilesGetTheirVerdicts) {
   ASSERT_TRUE(ok.speedup.has_value());
   EXPECT_GT(*ok.speedup, 0);
   EXPECT_GE(*ok.reward, 1.0);
+  EXPECT_EQ(ok.compile_path, "pool-shim");  // built against the torch shim, run through its bridge
   const auto& wrong = row(run, "wrong_add");
   EXPECT_EQ(wrong.trials_passed, 0);
   EXPECT_TRUE(wrong.mismatch.contains("index")) << wrong.mismatch.dump();

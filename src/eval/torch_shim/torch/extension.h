@@ -1,0 +1,3 @@
+// MooreEval torch shim: stands in for <torch/extension.h> (see musacoder/torch_shim.h).
+#pragma once
+#include "musacoder/torch_shim.h"
