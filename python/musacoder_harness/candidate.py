@@ -340,10 +340,10 @@ class Candidate:
 
 
 def warm_legality_tools(torch, device):
-    """The run-time legality checks (the dispatch monitor and the profiler) import torch._dynamo
-    (sympy, triton...) and start CUPTI on first use: seconds on the GPU machines. Paid here,
-    while this process waits as a spare and before any candidate code exists in it, instead of
-    inside the candidate's first trial."""
+    """The run-time legality checks start CUPTI (the profiler) and set up the dispatch monitor on
+    first use. Paid here, while this process waits as a spare and before any candidate code
+    exists in it, instead of inside the candidate's first trial. (Neither imports torch._dynamo
+    any more: legality.py avoids both paths that did, ~6 s per process on the GPU machines.)"""
     from . import legality
     x = torch.ones(4, device=device)
     with torch.no_grad(), legality.OpRecorder():
@@ -352,25 +352,19 @@ def warm_legality_tools(torch, device):
         legality.profile_kernels(lambda: x.add(1))
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--in-fd", type=int, required=True)
-    ap.add_argument("--out-fd", type=int, required=True)
-    ap.add_argument("--device", default="cuda:0")
-    ap.add_argument("--share-dir", required=True)
-    ap.add_argument("--scratch", required=True)
-    args = ap.parse_args()
-    in_fd, out_fd = args.in_fd, args.out_fd
-    os.dup2(2, 1)  # whatever the candidate prints goes to the log, never into the channel
-    t0 = time.monotonic()
+def serve(in_fd, out_fd, device, share_dir, scratch, t0):
+    """Prepares this process for a candidate and answers the judge until it says exit. Runs in
+    a freshly started process (main) or in a child forked by the zygote (zygote.py), where
+    torch and the legality tools are already imported."""
     import torch
+    import torch.utils.cpp_extension  # noqa: F401  (load_inline's module: imported while spare)
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    if args.device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(args.device))
-        torch.zeros(1, device=args.device)  # create the context now, not inside a trial
-    cand = Candidate(args.device, args.share_dir, args.scratch)
-    warm_legality_tools(torch, args.device)
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+        torch.zeros(1, device=device)  # create the context now, not inside a trial
+    cand = Candidate(device, share_dir, scratch)
+    warm_legality_tools(torch, device)
     protocol.send(out_fd, {"op": "ready", "pid": os.getpid(),
                            "startup_s": time.monotonic() - t0,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
@@ -398,6 +392,18 @@ def main():
             tb = traceback.format_exc()
             reply = {"op": "error", "error": f"{type(e).__name__}: {e}", "traceback": tb[-4000:]}
         protocol.send(out_fd, reply)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--in-fd", type=int, required=True)
+    ap.add_argument("--out-fd", type=int, required=True)
+    ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--share-dir", required=True)
+    ap.add_argument("--scratch", required=True)
+    args = ap.parse_args()
+    os.dup2(2, 1)  # whatever the candidate prints goes to the log, never into the channel
+    serve(args.in_fd, args.out_fd, args.device, args.share_dir, args.scratch, time.monotonic())
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """The judge's handle on one candidate process (spawned through the sandbox launcher)."""
+import json
 import os
+import select
 import signal
+import socket
 import subprocess
 import time
 
@@ -18,6 +21,19 @@ class CandidateTimeout(Exception):
     pass
 
 
+def scratch_env(scratch):
+    """What points into a candidate's own scratch folder."""
+    return {"HOME": scratch, "TMPDIR": scratch, "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "ext"),
+            "CUDA_CACHE_PATH": os.path.join(scratch, ".nv")}
+
+
+def candidate_env(harness_dir, scratch):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MUSACODER_JUDGE")}
+    env.update({"PYTHONPATH": harness_dir, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(scratch_env(scratch))
+    return env
+
+
 class CandidateProc:
     def __init__(self, cmd_prefix, python, harness_dir, device, scratch, env_extra=None):
         os.makedirs(scratch, exist_ok=True)
@@ -25,11 +41,7 @@ class CandidateProc:
         self.log_path = os.path.join(scratch, "candidate.log")
         j2c_r, self.j2c_w = os.pipe()
         self.c2j_r, c2j_w = os.pipe()
-        env = {k: v for k, v in os.environ.items() if not k.startswith("MUSACODER_JUDGE")}
-        env.update({"PYTHONPATH": harness_dir, "HOME": scratch, "TMPDIR": scratch,
-                    "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "ext"),
-                    "CUDA_CACHE_PATH": os.path.join(scratch, ".nv"),
-                    "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        env = candidate_env(harness_dir, scratch)
         env.update(env_extra or {})
         cmd = list(cmd_prefix) + [python, "-m", "musacoder_harness.candidate",
                                   "--in-fd", str(j2c_r), "--out-fd", str(c2j_w),
@@ -98,6 +110,126 @@ class CandidateProc:
         except subprocess.TimeoutExpired:
             pass
         for fd in (self.j2c_w, self.c2j_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.log.close()
+
+
+class ZygoteFailed(Exception):
+    pass
+
+
+class Zygote:
+    """The judge's handle on the zygote (zygote.py): a warm, sandboxed parent that forks
+    candidate processes."""
+
+    def __init__(self, cmd_prefix, python, harness_dir, device, scratch_root):
+        self.device = device
+        self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.log = open(os.path.join(scratch_root, "zygote.log"), "wb")
+        cmd = list(cmd_prefix) + [python, "-m", "musacoder_harness.zygote",
+                                  "--control-fd", str(child.fileno()), "--device", device]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=self.log, pass_fds=(child.fileno(),),
+                                     env=candidate_env(harness_dir, scratch_root),
+                                     cwd=scratch_root, start_new_session=True)
+        child.close()
+        self.ready = None
+
+    def _recv(self, timeout_s):
+        r, _, _ = select.select([self.sock], [], [], timeout_s)
+        if not r:
+            raise ZygoteFailed(f"no answer within {timeout_s:.0f} s")
+        data = self.sock.recv(1 << 16)
+        if not data:
+            raise ZygoteFailed(f"the zygote exited ({self.proc.poll()})")
+        return json.loads(data)
+
+    def wait_ready(self, timeout_s):
+        if self.ready is None:
+            msg = self._recv(timeout_s)
+            if msg.get("op") != "ready":
+                raise ZygoteFailed(f"did not start: {str(msg)[:200]}")
+            self.ready = msg
+        return self.ready
+
+    def fork(self, scratch, fds, timeout_s):
+        self.wait_ready(timeout_s)
+        req = {"op": "fork", "scratch": scratch, "device": self.device, "env": scratch_env(scratch)}
+        try:
+            socket.send_fds(self.sock, [json.dumps(req).encode()], fds)
+        except OSError as e:
+            raise ZygoteFailed(f"cannot reach the zygote: {e}")
+        rep = self._recv(30)
+        if rep.get("op") != "forked":
+            raise ZygoteFailed(str(rep)[:200])
+        return int(rep["pid"])
+
+    def close(self):
+        self.sock.close()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.log.close()
+
+
+class ForkedCandidateProc(CandidateProc):
+    """A candidate process forked by the zygote; same channel and handling as CandidateProc.
+    Its exit status comes from the zygote (its parent) through a status pipe."""
+
+    def __init__(self, zygote, scratch, timeout_s):  # pylint: disable=super-init-not-called
+        os.makedirs(scratch, exist_ok=True)
+        self.scratch = scratch
+        self.log_path = os.path.join(scratch, "candidate.log")
+        self.log = open(self.log_path, "wb")
+        j2c_r, self.j2c_w = os.pipe()
+        self.c2j_r, c2j_w = os.pipe()
+        self.status_r, status_w = os.pipe()
+        try:
+            self.pid = zygote.fork(scratch, [j2c_r, c2j_w, self.log.fileno(), status_w], timeout_s)
+        except BaseException:
+            for fd in (self.j2c_w, self.c2j_r, self.status_r):
+                os.close(fd)
+            self.log.close()
+            raise
+        finally:
+            for fd in (j2c_r, c2j_w, status_w):
+                os.close(fd)
+        self.ready = None
+        self.started = time.monotonic()
+        self.code = None
+
+    def _exit_code(self, timeout_s):
+        if self.code is None:
+            r, _, _ = select.select([self.status_r], [], [], timeout_s)
+            if r:
+                data = os.read(self.status_r, 4096)
+                self.code = json.loads(data)["code"] if data else None
+        return self.code
+
+    def _exit_description(self):
+        rc = self._exit_code(5)
+        if rc is None:
+            return "closed its channel"
+        if rc < 0:
+            return f"killed by {signal.Signals(-rc).name}"
+        return f"exited with status {rc}"
+
+    def kill(self):
+        if self._exit_code(0) is None:  # still running (a reaped pid may be reused)
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._exit_code(10)
+        for fd in (self.j2c_w, self.c2j_r, self.status_r):
             try:
                 os.close(fd)
             except OSError:

@@ -15,9 +15,11 @@ import sys
 import time
 import traceback
 
-from .candidate_proc import CandidateCrashed, CandidateProc, CandidateTimeout
+from .candidate_proc import (CandidateCrashed, CandidateProc, CandidateTimeout, ForkedCandidateProc,
+                             Zygote, ZygoteFailed)
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+FORKED_SPARES = 3
 
 
 class Infra(Exception):
@@ -30,8 +32,20 @@ class Verdict(Exception):
         self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
 
 
+def start_zygote(args):
+    """The zygote starts importing while the judge imports torch (MUSACODER_ZYGOTE=0: every
+    candidate process starts from scratch instead)."""
+    if os.environ.get("MUSACODER_ZYGOTE", "1") == "0":
+        return None
+    os.makedirs(args.scratch, exist_ok=True)
+    prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", args.scratch, "--"] \
+        if args.sandbox_exe else []
+    return Zygote(prefix, sys.executable, args.harness_dir, args.device, args.scratch)
+
+
 class Judge:
-    def __init__(self, args):
+    def __init__(self, args, zygote=None):
+        self.zygote = zygote
         import torch
         self.torch = torch
         self.args = args
@@ -54,13 +68,29 @@ class Judge:
         self.counter = 0
         self.spares = []  # warm candidate processes, oldest first
         self.problems = {}
-        for _ in range(max(1, args.spares)):
+        for _ in range(self.spare_count()):
             self.spawn_spare()
+
+    def spare_count(self):
+        """Forked candidate processes are ready in under a second, and CUDA contexts created by
+        many processes at once slow each other down (twelve at once took 13 s on the H100):
+        a few in flight are enough. Started from scratch, they need `--spares`."""
+        n = max(1, self.args.spares)
+        return min(n, FORKED_SPARES) if self.zygote is not None else n
 
     # ---- candidate processes ------------------------------------------------------------
     def spawn_spare(self):
         self.counter += 1
         scratch = os.path.join(self.scratch_root, f"cand-{os.getpid()}-{self.counter}")
+        if self.zygote is not None:
+            try:
+                self.spares.append(ForkedCandidateProc(self.zygote, scratch, self.args.startup_timeout))
+                return
+            except (ZygoteFailed, OSError) as e:  # slower from here on, not wrong
+                print(f"judge: zygote unusable ({e}); starting candidate processes from scratch",
+                      file=sys.stderr, flush=True)
+                self.zygote.close()
+                self.zygote = None
         prefix = [p.replace("{scratch}", scratch) for p in self.prefix]
         self.spares.append(CandidateProc(prefix, sys.executable, self.args.harness_dir,
                                          str(self.device), scratch))
@@ -79,10 +109,32 @@ class Judge:
         except (CandidateCrashed, CandidateTimeout) as e:
             cand.kill()
             shutil.rmtree(cand.scratch, ignore_errors=True)
+            if isinstance(cand, ForkedCandidateProc) and self.zygote is not None:
+                # Forked processes do not start on this machine: from scratch from now on.
+                print(f"judge: a forked candidate process failed to start ({e}: "
+                      f"{getattr(e, 'log_tail', '')[-1500:]}); not forking any more",
+                      file=sys.stderr, flush=True)
+                self.zygote.close()
+                self.zygote = None
+                for spare in self.spares:
+                    spare.kill()
+                    shutil.rmtree(spare.scratch, ignore_errors=True)
+                self.spares = []
+                for _ in range(self.spare_count()):
+                    self.spawn_spare()
+                return self.take_candidate()
             self.spawn_spare()
             raise Infra(f"candidate process failed to start: {e} {getattr(e, 'log_tail', '')[-500:]}")
         self.spawn_spare()  # the next one warms up while this one is judged
         return cand
+
+    def quiesce(self, timeout_s=30):
+        """Waits until every spare has finished starting (a failed one is dealt with when taken)."""
+        for spare in self.spares:
+            try:
+                spare.wait_ready(timeout_s)
+            except (CandidateCrashed, CandidateTimeout):
+                pass
 
     # ---- problems -----------------------------------------------------------------------
     def problem(self, path):
@@ -330,6 +382,10 @@ class Judge:
             if not inconsistent:
                 return
             res["timing_retries"] = attempt + 1
+            # Spare processes still creating their CUDA contexts stall this process's syncs
+            # (two honest native kernels failed both runs that way on the H100): the repeat
+            # waits until they are ready.
+            self.quiesce()
         raise Verdict("timing_error", inconsistent, "timing_inconsistent")
 
     def _timed_run(self, cand, descs, iters, k, ref_outs, req, share, left, res):
@@ -533,7 +589,7 @@ def main():
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints from problem code go to stderr, never into the reply stream
     try:
-        judge = Judge(args)
+        judge = Judge(args, start_zygote(args))
     except Exception as e:
         out.write(json.dumps({"op": "hello", "ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 3
@@ -576,6 +632,8 @@ def main():
         out.write(json.dumps(reply) + "\n")
     for spare in judge.spares:
         spare.kill()
+    if judge.zygote is not None:
+        judge.zygote.close()
     return 0
 
 

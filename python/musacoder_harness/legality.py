@@ -36,6 +36,12 @@ class OpRecorder(TorchDispatchMode):
         super().__init__()
         self.ops = []
 
+    @classmethod
+    def _should_skip_dynamo(cls):
+        # Not wrapped in torch._disable_dynamo: its first call would import torch._dynamo
+        # (~6 s on the GPU machines) in every candidate process, for a mode never compiled.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.ops.append(func)
         return func(*args, **(kwargs or {}))
@@ -58,19 +64,22 @@ def forbidden_ops(ops):
 
 
 def profile_kernels(run):
-    """Runs `run` under the CUDA profiler; returns [(kernel name, stream id)]."""
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    """Runs `run` under the CUDA profiler; returns [(kernel name, stream id)].
+
+    Through torch.autograd.profiler directly: torch.profiler.profile's start checks
+    hasattr(torch, "_inductor"), which imports inductor, dynamo, sympy and triton (~6 s on the
+    GPU machines) in every candidate process."""
+    with torch.autograd.profiler.profile(use_cpu=True, use_device="cuda", use_kineto=True) as prof:
         run()
         torch.cuda.synchronize()
     kernels = []
     try:
-        for e in prof.profiler.kineto_results.events():
+        for e in prof.kineto_results.events():
             if e.device_type() == torch.autograd.DeviceType.CUDA and "emcpy" not in e.name() \
                     and "emset" not in e.name():
                 kernels.append((e.name(), int(e.device_resource_id())))
     except Exception:  # older/newer kineto API: fall back to names only
-        for e in prof.events():
+        for e in prof.function_events:
             if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA:
                 kernels.append((e.name, -1))
     return kernels

@@ -11,7 +11,9 @@ import torch
 # Timing primitives captured when the harness is imported, before any candidate code runs:
 # methods of immutable builtin types cannot be monkeypatched from Python, and rebinding
 # torch.cuda.Event or torch.cuda.synchronize later does not reach these references.
-if torch.cuda.is_available() or hasattr(torch._C, "_CudaEventBase"):
+# (No torch.cuda.is_available() here: it initialises the CUDA driver, and the zygote that
+# imports this module must not have done so before it forks candidate processes.)
+if hasattr(torch._C, "_CudaEventBase"):
     _EventBase = torch._C._CudaEventBase
     _event_record = _EventBase.record
     _event_elapsed = _EventBase.elapsed_time
