@@ -21,6 +21,18 @@ class CandidateTimeout(Exception):
     pass
 
 
+def kill_session(proc):
+    """Kills a process started with start_new_session, and everything in its group."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
 def scratch_env(scratch):
     """What points into a candidate's own scratch folder."""
     return {"HOME": scratch, "TMPDIR": scratch, "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "ext"),
@@ -101,14 +113,7 @@ class CandidateProc:
             return ""
 
     def kill(self):
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_session(self.proc)
         for fd in (self.j2c_w, self.c2j_r):
             try:
                 os.close(fd)
@@ -169,14 +174,7 @@ class Zygote:
 
     def close(self):
         self.sock.close()
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+        kill_session(self.proc)
         self.log.close()
 
 

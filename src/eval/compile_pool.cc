@@ -415,6 +415,20 @@ void CompilePool::build_pch() {
   }
 }
 
+std::vector<std::string> CompilePool::nvcc_unit_cmd(const LoadInlineCall& call,
+                                                    const std::vector<std::string>& first,
+                                                    const std::vector<std::string>& common) const {
+  std::vector<std::string> nv = {tc_.nvcc};
+  append(nv, first);
+  append(nv, common);
+  append(nv, tc_.nvcc_flags);
+  append(nv, {"-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
+              "--compiler-options", "-fPIC", "-std=c++17"});
+  append(nv, nonempty(call.extra_cuda_cflags));
+  append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
+  return nv;
+}
+
 CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std::string& dir) {
   Built b;
   auto t0 = Clock::now();
@@ -450,16 +464,7 @@ CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std
   append(cxx, nonempty(call.extra_cflags));
   append(cxx, {"-c", "main.cpp", "-o", "main.o"});
   std::vector<std::vector<std::string>> cmds = {cxx};
-  if (cuda) {
-    std::vector<std::string> nv = {tc_.nvcc};
-    append(nv, common);
-    append(nv, tc_.nvcc_flags);
-    append(nv, {"-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
-                "--compiler-options", "-fPIC", "-std=c++17"});
-    append(nv, nonempty(call.extra_cuda_cflags));
-    append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
-    cmds.push_back(nv);
-  }
+  if (cuda) cmds.push_back(nvcc_unit_cmd(call, {}, common));
   auto r = run_parallel(cmds, dir, opts_.timeout_s);
   b.steps["shim_compile_s"] = since(t0);
   for (const auto& step : r) {
@@ -532,15 +537,9 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     append(cxx, {"-c", "main.cpp", "-o", "main.o"});
 
     auto nvcc_cmd = [&](bool lite) {
-      std::vector<std::string> nv = {tc_.nvcc};
-      if (lite) nv.push_back("-I" + tc_.lite_header_dir);
-      append(nv, common);
-      append(nv, tc_.nvcc_flags);
-      append(nv, {"-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
-                  "--compiler-options", "-fPIC", "-std=c++17"});
-      append(nv, nonempty(call.extra_cuda_cflags));
-      append(nv, {"-c", "cuda.cu", "-o", "cuda.o"});
-      return nv;
+      std::vector<std::string> first;
+      if (lite) first.push_back("-I" + tc_.lite_header_dir);
+      return nvcc_unit_cmd(call, first, common);
     };
     // The binding unit and the CUDA unit at once (the CUDA unit's own phases in parallel too).
     double binding_s = 0;

@@ -107,6 +107,9 @@ class CompilePool {
   Built build_extension(const LoadInlineCall& call);
   // The shim tier in `dir`: ok with so_path set, or not ok (the caller falls back).
   Built build_shim(const LoadInlineCall& call, const std::string& dir);
+  // `nvcc -c cuda.cu -o cuda.o` as load_inline runs it, with `first` and `common` flags.
+  std::vector<std::string> nvcc_unit_cmd(const LoadInlineCall& call, const std::vector<std::string>& first,
+                                         const std::vector<std::string>& common) const;
   Built build_cached(const std::string& key, const std::string& so_name,
                      const std::function<Built(const std::string& dir)>& build);
   // Folder holding torch_ext.h(.gch) when the precompiled header is ready, else "" (and its
