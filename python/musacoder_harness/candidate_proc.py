@@ -33,6 +33,23 @@ def kill_session(proc):
         pass
 
 
+def describe_exit(rc):
+    """A process's exit as the verdict reads it; rc as Popen.returncode (None: still running)."""
+    if rc is None:
+        return "closed its channel"
+    if rc < 0:
+        return f"killed by {signal.Signals(-rc).name}"
+    return f"exited with status {rc}"
+
+
+def close_fds(*fds):
+    for fd in fds:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
 def scratch_env(scratch):
     """What points into a candidate's own scratch folder."""
     return {"HOME": scratch, "TMPDIR": scratch, "TORCH_EXTENSIONS_DIR": os.path.join(scratch, "ext"),
@@ -94,12 +111,9 @@ class CandidateProc:
 
     def _exit_description(self):
         try:
-            rc = self.proc.wait(timeout=5)
+            return describe_exit(self.proc.wait(timeout=5))
         except subprocess.TimeoutExpired:
-            return "closed its channel"
-        if rc < 0:
-            return f"killed by {signal.Signals(-rc).name}"
-        return f"exited with status {rc}"
+            return describe_exit(None)
 
     def log_tail(self, n=3000):
         try:
@@ -114,11 +128,7 @@ class CandidateProc:
 
     def kill(self):
         kill_session(self.proc)
-        for fd in (self.j2c_w, self.c2j_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.j2c_w, self.c2j_r)
         self.log.close()
 
 
@@ -135,7 +145,7 @@ class Zygote:
         self.sock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.log = open(os.path.join(scratch_root, "zygote.log"), "wb")
         cmd = list(cmd_prefix) + [python, "-m", "musacoder_harness.zygote",
-                                  "--control-fd", str(child.fileno()), "--device", device]
+                                  "--control-fd", str(child.fileno())]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
                                      stderr=self.log, pass_fds=(child.fileno(),),
                                      env=candidate_env(harness_dir, scratch_root),
@@ -193,13 +203,11 @@ class ForkedCandidateProc(CandidateProc):
         try:
             self.pid = zygote.fork(scratch, [j2c_r, c2j_w, self.log.fileno(), status_w], timeout_s)
         except BaseException:
-            for fd in (self.j2c_w, self.c2j_r, self.status_r):
-                os.close(fd)
+            close_fds(self.j2c_w, self.c2j_r, self.status_r)
             self.log.close()
             raise
         finally:
-            for fd in (j2c_r, c2j_w, status_w):
-                os.close(fd)
+            close_fds(j2c_r, c2j_w, status_w)
         self.ready = None
         self.started = time.monotonic()
         self.code = None
@@ -213,12 +221,7 @@ class ForkedCandidateProc(CandidateProc):
         return self.code
 
     def _exit_description(self):
-        rc = self._exit_code(5)
-        if rc is None:
-            return "closed its channel"
-        if rc < 0:
-            return f"killed by {signal.Signals(-rc).name}"
-        return f"exited with status {rc}"
+        return describe_exit(self._exit_code(5))
 
     def kill(self):
         if self._exit_code(0) is None:  # still running (a reaped pid may be reused)
@@ -227,9 +230,5 @@ class ForkedCandidateProc(CandidateProc):
             except (ProcessLookupError, PermissionError):
                 pass
         self._exit_code(10)
-        for fd in (self.j2c_w, self.c2j_r, self.status_r):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        close_fds(self.j2c_w, self.c2j_r, self.status_r)
         self.log.close()

@@ -87,10 +87,7 @@ class Judge:
                 self.spares.append(ForkedCandidateProc(self.zygote, scratch, self.args.startup_timeout))
                 return
             except (ZygoteFailed, OSError) as e:  # slower from here on, not wrong
-                print(f"judge: zygote unusable ({e}); starting candidate processes from scratch",
-                      file=sys.stderr, flush=True)
-                self.zygote.close()
-                self.zygote = None
+                self.stop_forking(f"zygote unusable ({e})")
         prefix = [p.replace("{scratch}", scratch) for p in self.prefix]
         self.spares.append(CandidateProc(prefix, sys.executable, self.args.harness_dir,
                                          str(self.device), scratch))
@@ -111,11 +108,8 @@ class Judge:
             shutil.rmtree(cand.scratch, ignore_errors=True)
             if isinstance(cand, ForkedCandidateProc) and self.zygote is not None:
                 # Forked processes do not start on this machine: from scratch from now on.
-                print(f"judge: a forked candidate process failed to start ({e}: "
-                      f"{getattr(e, 'log_tail', '')[-1500:]}); not forking any more",
-                      file=sys.stderr, flush=True)
-                self.zygote.close()
-                self.zygote = None
+                self.stop_forking(f"a forked candidate process failed to start ({e}: "
+                                  f"{getattr(e, 'log_tail', '')[-1500:]})")
                 for spare in self.spares:
                     spare.kill()
                     shutil.rmtree(spare.scratch, ignore_errors=True)
@@ -127,6 +121,12 @@ class Judge:
             raise Infra(f"candidate process failed to start: {e} {getattr(e, 'log_tail', '')[-500:]}")
         self.spawn_spare()  # the next one warms up while this one is judged
         return cand
+
+    def stop_forking(self, why):
+        """Slower from here on, not wrong: candidate processes start from scratch."""
+        print(f"judge: {why}; starting candidate processes from scratch", file=sys.stderr, flush=True)
+        self.zygote.close()
+        self.zygote = None
 
     def quiesce(self, timeout_s=30):
         """Waits until every spare has finished starting (a failed one is dealt with when taken)."""
@@ -378,14 +378,15 @@ class Judge:
         # consistency bound for an honest kernel; the measurement is repeated once before a
         # mismatch counts. A forged clock fails both times.
         for attempt in (0, 1):
+            if attempt:
+                # Spare processes still creating their CUDA contexts stall this process's syncs
+                # (two honest native kernels failed both runs that way on the H100): the repeat
+                # waits until they are ready.
+                self.quiesce()
             inconsistent = self._timed_run(cand, descs, iters, k, ref_outs, req, share, left, res)
             if not inconsistent:
                 return
             res["timing_retries"] = attempt + 1
-            # Spare processes still creating their CUDA contexts stall this process's syncs
-            # (two honest native kernels failed both runs that way on the H100): the repeat
-            # waits until they are ready.
-            self.quiesce()
         raise Verdict("timing_error", inconsistent, "timing_inconsistent")
 
     def _timed_run(self, cand, descs, iters, k, ref_outs, req, share, left, res):

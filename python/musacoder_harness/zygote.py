@@ -81,9 +81,8 @@ def writable_paths(scratch):
 
 
 class Zygote:
-    def __init__(self, sock, device):
+    def __init__(self, sock):
         self.sock = sock
-        self.device = device
         self.status_fds = {}   # pid -> write end of its status pipe
 
     def reap(self, *_):
@@ -168,7 +167,6 @@ class Zygote:
                     os.close(fd)
                 reply = {"op": "error", "error": f"bad request {str(msg)[:200]}"}
             self.sock.send(json.dumps(reply).encode())
-            self.reap()
 
 
 def cuda_driver_initialized():
@@ -202,14 +200,13 @@ def warm_imports():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--control-fd", type=int, required=True)
-    ap.add_argument("--device", default="cuda:0")
     args = ap.parse_args()
     sock = socket.socket(fileno=args.control_fd)
     t0 = time.monotonic()
     warm_imports()
     sock.send(json.dumps({"op": "ready", "pid": os.getpid(), "startup_s": time.monotonic() - t0,
                           "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")}).encode())
-    Zygote(sock, args.device).loop()
+    Zygote(sock).loop()
 
 
 if __name__ == "__main__":

@@ -63,6 +63,10 @@ struct StepResult {
   std::string output;
 };
 
+// A compiler killed by a signal other than our timeout broke; that is not the candidate's
+// fault (infra), while a compiler that exits with errors or runs out of time is.
+bool compiler_crashed(const ExitStatus& s) { return s.term_signal && !s.timed_out; }
+
 // Runs several compiler invocations at once; returns when all have ended.
 std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>& cmds,
                                      const std::string& cwd, double timeout_s) {
@@ -240,7 +244,7 @@ CompileOutcome CompilePool::compile_now(const CompileRequest& req) {
       out.modules.push_back({key, built[i].first, b.so_path});
     }
     bool shim = false;
-    for (const auto& m : out.modules) shim |= m.so_path.size() > 8 && m.so_path.ends_with(".shim.so");
+    for (const auto& m : out.modules) shim |= m.so_path.ends_with(".shim.so");
     if (shim && out.status == CompileOutcome::Status::kOk)
       out.modules.push_back({kShimBridgeKey, kShimBridgeKey, shim_bridge()});
   } catch (const std::exception& e) {
@@ -301,7 +305,7 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
                                     "-I" + tc_.include_dir, "solution.cu", "-o", "native.so"};
     auto r = run_parallel({cmd}, dir, opts_.timeout_s);
     b.seconds = since(t0);
-    if (r[0].status.term_signal && !r[0].status.timed_out) {
+    if (compiler_crashed(r[0].status)) {
       b.infra = true;
       b.error = "nvcc " + r[0].status.describe();
       return b;
@@ -469,7 +473,7 @@ CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std
   b.steps["shim_compile_s"] = since(t0);
   for (const auto& step : r) {
     if (step.status.ok()) continue;
-    if (step.status.term_signal && !step.status.timed_out) {
+    if (compiler_crashed(step.status)) {
       b.infra = true;
       b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
       return b;
@@ -573,7 +577,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     for (const auto& step : r) {
       if (step.status.ok()) continue;
       b.seconds = since(t0);
-      if (step.status.term_signal && !step.status.timed_out) {
+      if (compiler_crashed(step.status)) {
         b.infra = true;
         b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
       } else {

@@ -486,7 +486,6 @@ std::string check_message(const char*, const A& a, const R&... r) { return ::c10
 #define AT_ASSERT(cond) TORCH_CHECK(cond)
 #define TORCH_WARN(...) ((void)0)
 #define AT_ERROR(...) throw ::c10::Error(::c10::str(__VA_ARGS__))
-#define TORCH_EXTENSION_NAME_STR ""
 
 
 // ---- dtype dispatch: AT_DISPATCH_* as ATen defines them, for the types the shim knows ------
@@ -506,9 +505,6 @@ std::string check_message(const char*, const A& a, const R&... r) { return ::c10
   MC_SHIM_CASE(Short, int16_t, __VA_ARGS__)
 #define MC_SHIM_EXTRA_Half(...) MC_SHIM_CASE(Half, ::c10::Half, __VA_ARGS__)
 #define MC_SHIM_EXTRA_BFloat16(...) MC_SHIM_CASE(BFloat16, ::c10::BFloat16, __VA_ARGS__)
-#define MC_SHIM_EXTRA_Bool(...) MC_SHIM_CASE(Bool, bool, __VA_ARGS__)
-#define MC_SHIM_EXTRA(T, ...) MC_SHIM_EXTRA_##T(__VA_ARGS__)
-#define MC_SHIM_STRIP_k(x) x
 #define MC_SHIM_SWITCH(TYPE, NAME, CASES)                   \
   [&] {                                                      \
     const ::c10::ScalarType mc_shim_t = (TYPE);              \
