@@ -77,7 +77,38 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
     if p.returncode != 0:
         print(p.stdout[-2000:], p.stderr[-2000:])
     rows = [json.loads(l) for l in open(res)]
-    return [r for r in rows if r["sample_id"] in {s for s, _, _ in items}], wall
+    rows = [r for r in rows if r["sample_id"] in {s for s, _, _ in items}]
+    print(f"{tag} timeline (s from the command's start): {timeline(cache, t0, wall, rows)}", flush=True)
+    return rows, wall
+
+
+def timeline(cache, t0, wall, rows):
+    """Where one `musacoder eval` run's wall time went, from its judge's log (wall-clock
+    stamps) and its rows: judge started/ready, compiles done, candidates judged, exit."""
+    out = {"wall": round(wall, 2)}
+    compiled = [r["compile_s"] for r in rows if r.get("compile_s")]
+    if compiled:
+        out["compiles_done_by"] = round(max(compiled), 2)
+    log = os.path.join(cache, "scratch", "gpu0", "judge.log")
+    evals = []
+    try:
+        for line in open(log, errors="replace"):
+            m = re.match(r"judge: at ([0-9.]+) ready \(started ([0-9.]+)\) (.*)", line)
+            if m and float(m.group(2)) >= t0 - 1:
+                out["judge_started"] = round(float(m.group(2)) - t0, 2)
+                out["judge_ready"] = round(float(m.group(1)) - t0, 2)
+                out["judge_startup"] = json.loads(m.group(3))
+                evals = []
+            m = re.match(r"judge: at ([0-9.]+) eval \S+ \S+ in ([0-9.]+) s", line)
+            if m and float(m.group(1)) >= t0:
+                evals.append((float(m.group(1)) - float(m.group(2)) - t0, float(m.group(1)) - t0))
+    except OSError:
+        pass
+    if evals:
+        out["first_eval_start"] = round(evals[0][0], 2)
+        out["last_eval_end"] = round(evals[-1][1], 2)
+        out["exit_after_last_eval"] = round(wall - evals[-1][1], 2)
+    return out
 
 
 def load_inline_anchor(kb_src):
@@ -219,7 +250,7 @@ def main():
     res["prepare_s"] = time.time() - t0
     print(f"musacoder prepare: {res['prepare_s']:.1f}s rc={p.returncode} {p.stdout.strip()} {p.stderr.strip()[-500:]}", flush=True)
     cache = tempfile.mkdtemp(prefix="mc-bench-cache-")
-    for part in ("pch", "shim-bridge"):
+    for part in ("pch", "shim-bridge", "toolchain"):
         if os.path.isdir(os.path.join(toolchain, part)):
             shutil.copytree(os.path.join(toolchain, part), os.path.join(cache, part))
     rows, wall_cold = run_musacoder(args.musacoder, items, cache, args.out, "mc_cold")

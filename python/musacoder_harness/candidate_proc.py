@@ -126,6 +126,13 @@ class CandidateProc:
         except OSError:
             return ""
 
+    def signal_kill(self):
+        """SIGKILL without waiting; kill() then waits and releases."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
     def kill(self):
         kill_session(self.proc)
         close_fds(self.j2c_w, self.c2j_r)
@@ -223,12 +230,15 @@ class ForkedCandidateProc(CandidateProc):
     def _exit_description(self):
         return describe_exit(self._exit_code(5))
 
-    def kill(self):
+    def signal_kill(self):
         if self._exit_code(0) is None:  # still running (a reaped pid may be reused)
             try:
                 os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+
+    def kill(self):
+        self.signal_kill()
         self._exit_code(10)
         close_fds(self.j2c_w, self.c2j_r, self.status_r)
         self.log.close()

@@ -45,12 +45,28 @@ def start_zygote(args):
 
 class Judge:
     def __init__(self, args, zygote=None):
+        t0 = time.monotonic()
         self.zygote = zygote
+        self.startup_s = {}
         import torch
         self.torch = torch
+        self.startup_s["import_torch"] = time.monotonic() - t0
         self.args = args
         self.device = torch.device(args.device)
         self.cuda = self.device.type == "cuda"
+        self.scratch_root = args.scratch
+        os.makedirs(self.scratch_root, exist_ok=True)
+        self.cache_dir = args.cache_dir
+        self.prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", "{scratch}", "--"] \
+            if args.sandbox_exe else []
+        self.counter = 0
+        self.spares = []  # warm candidate processes, oldest first
+        self.dying = []   # killed candidate processes not yet reaped (see reap())
+        self.problems = {}
+        # Spares first: their CUDA contexts are created while the judge creates its own.
+        for _ in range(self.spare_count()):
+            self.spawn_spare()
+        self.startup_s["spares_requested"] = time.monotonic() - t0
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
         if self.cuda:
@@ -60,16 +76,7 @@ class Judge:
             self.gpu = "cpu"
         from .timing import L2Flusher
         self.flusher = L2Flusher(self.device)
-        self.scratch_root = args.scratch
-        os.makedirs(self.scratch_root, exist_ok=True)
-        self.cache_dir = args.cache_dir
-        self.prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", "{scratch}", "--"] \
-            if args.sandbox_exe else []
-        self.counter = 0
-        self.spares = []  # warm candidate processes, oldest first
-        self.problems = {}
-        for _ in range(self.spare_count()):
-            self.spawn_spare()
+        self.startup_s["device_ready"] = time.monotonic() - t0
 
     def spare_count(self):
         """Forked candidate processes are ready in under a second, and CUDA contexts created by
@@ -213,6 +220,8 @@ class Judge:
             now = time.monotonic()
             stage_s[name] = now - t_stage
             t_stage = now
+        if len(self.dying) > 2:  # untimed candidates (timing off, failures) are reaped here
+            self.reap()
         cand = self.take_candidate()
         share = cand.scratch
         lap("take")
@@ -304,9 +313,18 @@ class Judge:
         except Verdict as v:
             res.update(verdict=v.verdict, reason=v.reason, rule=v.rule, **v.extra)
         finally:
+            # Killed now, reaped later: the process's teardown (its CUDA context) overlaps the
+            # next candidate's load and trials, and is over before anything is timed.
+            cand.signal_kill()
+            self.dying.append(cand)
+        return res
+
+    def reap(self):
+        """Waits for killed candidate processes to be gone and removes their scratch."""
+        while self.dying:
+            cand = self.dying.pop(0)
             cand.kill()
             shutil.rmtree(cand.scratch, ignore_errors=True)
-        return res
 
     def _ask(self, cand, msg, timeout, stage, passed=0):
         """Sends msg (None: only receives) and returns the reply; a crash, a hang or an error
@@ -355,6 +373,7 @@ class Judge:
         from .transport import describe_value
         k = int(req.get("timing_input_sets", 3))
         budget = float(req.get("timing_budget_s", 2.0))
+        self.reap()  # nothing of an earlier candidate is still running while we time
         sets = timing_sets(prob, seed, k, self.device, dtype)
         with torch.no_grad():
             ref_outs = [ref_model(*s) for s in sets]
@@ -576,6 +595,7 @@ class Judge:
 
 
 def main():
+    started = time.time()
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--scratch", required=True)
@@ -595,7 +615,10 @@ def main():
         out.write(json.dumps({"op": "hello", "ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 3
     out.write(json.dumps({"op": "hello", "ok": True, "gpu": judge.gpu,
-                          "torch_version": judge.torch.__version__}) + "\n")
+                          "torch_version": judge.torch.__version__,
+                          "startup_s": judge.startup_s}) + "\n")
+    print(f"judge: at {time.time():.3f} ready (started {started:.3f}) {json.dumps(judge.startup_s)}",
+          file=sys.stderr, flush=True)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -610,6 +633,9 @@ def main():
                 t0 = time.monotonic()
                 res = judge.evaluate(req)
                 res["judge_s"] = time.monotonic() - t0
+                # A timeline in judge.log (wall clock, to line up with the caller's).
+                print(f"judge: at {time.time():.3f} eval {os.path.basename(req.get('problem_path', ''))} "
+                      f"{res.get('verdict')} in {res['judge_s']:.3f} s", file=sys.stderr, flush=True)
                 reply = {"id": rid, "ok": True, "result": res}
             elif op == "baseline":
                 reply = {"id": rid, "ok": True, "result": judge.baseline(req)}
@@ -631,12 +657,22 @@ def main():
                      "infra_error": f"judge error: {type(e).__name__}: {e}",
                      "traceback": traceback.format_exc()[-3000:]}
         out.write(json.dumps(reply) + "\n")
-    for spare in judge.spares:
-        spare.kill()
+    print(f"judge: at {time.time():.3f} input closed", file=sys.stderr, flush=True)
+    for cand in judge.spares:  # all signalled first, then waited for together
+        cand.signal_kill()
+    judge.dying += judge.spares
+    judge.spares = []
+    judge.reap()
     if judge.zygote is not None:
         judge.zygote.close()
+    print(f"judge: at {time.time():.3f} stopped", file=sys.stderr, flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    # Nothing is left to write (replies and cached timings are on disk); skipping the
+    # interpreter's teardown of torch saves ~0.5 s per `musacoder eval`.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -1,5 +1,11 @@
 """Prints, as one JSON line, what the C++ compile pool needs to build torch extensions
-exactly as torch.utils.cpp_extension.load_inline would on this machine."""
+exactly as torch.utils.cpp_extension.load_inline would on this machine.
+
+`--cache FILE`: reuses the facts FILE holds when they were read from the same interpreter and
+the same installed torch (`import torch` takes seconds; this check, milliseconds)."""
+import argparse
+import hashlib
+import importlib.util
 import json
 import os
 import sys
@@ -9,7 +15,30 @@ import sysconfig
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
 
-def main():
+def fingerprint():
+    """What the facts depend on, read without importing torch: the interpreter, torch's
+    installed files (its version file and libraries change with every install), CUDA_HOME, and
+    this probe itself."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.origin:
+        return None
+    root = os.path.dirname(spec.origin)
+    h = hashlib.sha256()
+    h.update(json.dumps([sys.executable, sys.version, root, os.environ.get("CUDA_HOME", ""),
+                         os.environ.get("CUDA_PATH", "")]).encode())
+    for rel in ("version.py", "__init__.py", os.path.join("lib", "libtorch.so"),
+                os.path.join("lib", "libtorch_cuda.so"), os.path.join("utils", "cpp_extension.py")):
+        try:
+            st = os.stat(os.path.join(root, rel))
+            h.update(f"{rel}:{st.st_size}:{st.st_mtime_ns}".encode())
+        except OSError:
+            h.update(f"{rel}:-".encode())
+    with open(__file__, "rb") as f:
+        h.update(f.read())
+    return h.hexdigest()
+
+
+def probe():
     import torch
     import torch.utils.cpp_extension as ce
 
@@ -19,7 +48,7 @@ def main():
         except TypeError:
             return fn(cuda=cuda)
 
-    info = {
+    return {
         "torch_version": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "include_paths": call(ce.include_paths, True),
@@ -30,6 +59,29 @@ def main():
         "cxx11_abi": int(torch._C._GLIBCXX_USE_CXX11_ABI),
         "python": sys.executable,
     }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cache", default="", help="JSON file the facts are kept in")
+    args = ap.parse_args()
+    fp = fingerprint() if args.cache else None
+    if fp:
+        try:
+            with open(args.cache) as f:
+                kept = json.load(f)
+            if kept.get("fingerprint") == fp and isinstance(kept.get("facts"), dict):
+                print(json.dumps(dict(kept["facts"], cached=True)))
+                return
+        except (OSError, ValueError):
+            pass  # absent or unreadable: probe again
+    info = probe()
+    if fp:
+        os.makedirs(os.path.dirname(os.path.abspath(args.cache)), exist_ok=True)
+        tmp = f"{args.cache}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump({"fingerprint": fp, "facts": info}, f)
+        os.replace(tmp, args.cache)
     print(json.dumps(info))
 
 

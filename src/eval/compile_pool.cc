@@ -153,6 +153,9 @@ CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)
   MC_CHECK(!opts_.cache_dir.empty(), "compile pool needs a cache folder");
   fs::create_directories(fs::path(opts_.cache_dir) / "compile");
   fs::create_directories(fs::path(opts_.cache_dir) / "locks");
+  // torch's build facts are kept with the other toolchain artifacts (pch/, shim-bridge/).
+  if (tc_.torch_facts_cache.empty())
+    tc_.torch_facts_cache = (fs::path(opts_.cache_dir) / "toolchain" / "torch-facts.json").string();
   int n = opts_.workers > 0 ? opts_.workers
                             : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });

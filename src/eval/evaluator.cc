@@ -80,6 +80,8 @@ struct Evaluator::Impl {
 
   void gpu_loop(int gpu) {
     GpuRunner runner(executor_options(gpu));
+    // The judge starts while the first candidates compile (a compile-only job never uses it).
+    if (!cfg.compile_only) runner.warm_up();
     while (auto item = take_ready()) {
       Item& it = *item;
       EvalResult& r = it.prep.result;

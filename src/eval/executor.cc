@@ -63,11 +63,15 @@ void Executor::start() {
   torch_version_ = hello.value("torch_version", "");
 }
 
-nlohmann::json Executor::call(nlohmann::json req, double timeout_s) {
+void Executor::ensure_started() {
   if (!judge_ || !judge_->running()) {
     if (judge_) ++restarts_;
     start();
   }
+}
+
+nlohmann::json Executor::call(nlohmann::json req, double timeout_s) {
+  ensure_started();
   int id = next_id_++;
   req["id"] = id;
   if (!judge_->write_stdin(req.dump() + "\n")) {

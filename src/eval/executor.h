@@ -47,6 +47,11 @@ class Executor {
   // crash or a hang (then throws InfraError for this request).
   nlohmann::json call(nlohmann::json req, double timeout_s);
 
+  // Starts the judge now if it is not running (throws InfraError like call()). The judge's
+  // start (Python, torch, a CUDA context, the zygote) takes seconds: started while the first
+  // candidates still compile, it is ready when they are.
+  void ensure_started();
+
   const std::string& gpu_name() const { return gpu_name_; }
   const std::string& torch_version() const { return torch_version_; }
   int restarts() const { return restarts_; }

@@ -185,6 +185,15 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
 
 }  // namespace
 
+void GpuRunner::warm_up() {
+  try {
+    if (!exec_) exec_ = std::make_unique<Executor>(opts_);
+    exec_->ensure_started();
+  } catch (const std::exception&) {
+    // execute() starts it again and reports the failure with the candidate that needed it
+  }
+}
+
 void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
                         const EvalConfig& cfg, EvalResult& r) {
   if (consecutive_infra_ >= 3) {  // this GPU's judge cannot run: do not wait for it again

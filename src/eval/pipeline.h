@@ -52,6 +52,9 @@ class GpuRunner {
   void execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
                const EvalConfig& cfg, EvalResult& r);
   int gpu() const { return opts_.gpu; }
+  // Starts this GPU's judge ahead of the first candidate (a failure is left for execute() to
+  // report, as an infra error of the candidate that needs the judge).
+  void warm_up();
 
  private:
   nlohmann::json judge_request(const Candidate& c, const PreparedCandidate& p,

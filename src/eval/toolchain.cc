@@ -40,6 +40,10 @@ void Toolchain::load_torch_info() {
   if (torch_loaded) return;
   SubprocessOptions o;
   o.argv = {python, "-m", "musacoder_harness.toolchain"};
+  if (!torch_facts_cache.empty()) {
+    o.argv.push_back("--cache");
+    o.argv.push_back(torch_facts_cache);
+  }
   o.env_set["PYTHONPATH"] = harness_dir;
   RunResult r = run_command(o, 120000);
   MC_CHECK(r.status.ok(), "cannot query torch through ", python, " (", r.status.describe(),

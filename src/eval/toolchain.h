@@ -19,12 +19,15 @@ struct Toolchain {
   std::string shim_dir;           // torch_shim/: headers and bridge of the shim tier
   // torch extension facts (filled by load_torch_info(); empty until then)
   bool torch_loaded = false;
+  std::string torch_facts_cache;  // JSON file the facts are reused from (empty: probe each time)
   std::string torch_version, torch_cuda, python_include, cuda_home;
   std::vector<std::string> torch_include_paths, torch_library_paths, nvcc_flags;
 
   std::string id() const;  // digest for cache keys
   // Runs `python -m musacoder_harness.toolchain` (once; thread-safe). Throws mc::Error with
-  // the interpreter's message if torch cannot be imported.
+  // the interpreter's message if torch cannot be imported. With torch_facts_cache set, facts
+  // read earlier from the same interpreter and torch installation are reused (milliseconds
+  // instead of an `import torch`).
   void load_torch_info();
 };
 

@@ -175,7 +175,10 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
         (fs::path(sh.opts.cache_dir) / "scratch").string(),
         sh.opts.sandbox ? sh.opts.sandbox_exe : "", 0));
   };
-  if (stage == QueueStage::kGpu) make_runner();
+  if (stage == QueueStage::kGpu) {
+    make_runner();
+    runner->warm_up();  // the judge is ready before the first job arrives
+  }
   while (!sh.stop.load()) {
     std::optional<Delivery> d;
     try {
