@@ -90,7 +90,7 @@ def timeline(cache, t0, wall, rows):
     if compiled:
         out["compiles_done_by"] = round(max(compiled), 2)
     log = os.path.join(cache, "scratch", "gpu0", "judge.log")
-    evals = []
+    evals, procs = [], []
     try:
         for line in open(log, errors="replace"):
             m = re.match(r"judge: at ([0-9.]+) ready \(started ([0-9.]+)\) (.*)", line)
@@ -99,6 +99,11 @@ def timeline(cache, t0, wall, rows):
                 out["judge_ready"] = round(float(m.group(1)) - t0, 2)
                 out["judge_startup"] = json.loads(m.group(3))
                 evals = []
+            m = re.match(r"judge: at ([0-9.]+) took a candidate process requested ([0-9.]+) s before "
+                         r"\(its start took ([0-9.]+) s: (.*)\)", line)
+            if m and float(m.group(1)) >= t0:
+                procs.append({"taken": round(float(m.group(1)) - t0, 2), "requested_before": float(m.group(2)),
+                              "start_s": float(m.group(3)), "parts": json.loads(m.group(4))})
             m = re.match(r"judge: at ([0-9.]+) eval \S+ \S+ in ([0-9.]+) s", line)
             if m and float(m.group(1)) >= t0:
                 evals.append((float(m.group(1)) - float(m.group(2)) - t0, float(m.group(1)) - t0))
@@ -108,6 +113,9 @@ def timeline(cache, t0, wall, rows):
         out["first_eval_start"] = round(evals[0][0], 2)
         out["last_eval_end"] = round(evals[-1][1], 2)
         out["exit_after_last_eval"] = round(wall - evals[-1][1], 2)
+    if procs:
+        out["first_processes"] = procs[:4]
+        out["slowest_process_start_s"] = max(p["start_s"] for p in procs)
     return out
 
 
@@ -232,14 +240,17 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--variants", type=int, default=3, help="distinct variants per honest case")
     ap.add_argument("--native", type=int, default=20)
+    ap.add_argument("--only-mooreeval", action="store_true",
+                    help="MooreEval's cold and warm runs only (no load_inline, KernelBench, do_bench)")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
     items = variants(args.variants)
 
-    li_wall, li_file, li_ok, li_src = load_inline_anchor(args.kernelbench)
-    res["load_inline_cold_s"] = li_wall
-    print(f"load_inline cold ({li_file}, fresh process): {li_wall:.1f}s ok={li_ok}", flush=True)
+    if not args.only_mooreeval:
+        li_wall, li_file, li_ok, li_src = load_inline_anchor(args.kernelbench)
+        res["load_inline_cold_s"] = li_wall
+        print(f"load_inline cold ({li_file}, fresh process): {li_wall:.1f}s ok={li_ok}", flush=True)
 
     # The toolchain's own artifacts (precompiled torch header, torch shim bridge) are built
     # once per machine and torch version by `musacoder prepare`; timed here on its own. The
@@ -261,6 +272,9 @@ def main():
                         "exec_s": [r.get("exec_s") for r in rows],
                         "verdicts": [r["verdict"] for r in rows]}
     print(f"MooreEval cold {wall_cold:.1f}s warm {wall_warm:.1f}s for {len(items)} candidates", flush=True)
+    if args.only_mooreeval:
+        json.dump(res, open(os.path.join(args.out, "bench.json"), "w"), indent=1)
+        return
 
     # One candidate's compile once the toolchain is prepared: the same cache folder, its
     # precompiled header kept (built once per toolchain, by the runs above), compiled modules

@@ -356,17 +356,29 @@ def serve(in_fd, out_fd, device, share_dir, scratch, t0):
     """Prepares this process for a candidate and answers the judge until it says exit. Runs in
     a freshly started process (main) or in a child forked by the zygote (zygote.py), where
     torch and the legality tools are already imported."""
+    parts = {}  # where this process's start went (the judge logs it)
+    mark = time.monotonic()
+
+    def part(name):
+        nonlocal mark
+        now = time.monotonic()
+        parts[name] = round(now - mark, 4)
+        mark = now
     import torch
     import torch.utils.cpp_extension  # noqa: F401  (load_inline's module: imported while spare)
+    part("imports")
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
         torch.zeros(1, device=device)  # create the context now, not inside a trial
+    part("context")
     cand = Candidate(device, share_dir, scratch)
+    part("flusher")
     warm_legality_tools(torch, device)
+    part("legality_tools")
     protocol.send(out_fd, {"op": "ready", "pid": os.getpid(),
-                           "startup_s": time.monotonic() - t0,
+                           "startup_s": time.monotonic() - t0, "parts_s": parts,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
     handlers = {"load": cand.load, "run": cand.run, "warmup": cand.warmup,
                 "calibrate": cand.calibrate}

@@ -87,6 +87,7 @@ class CandidateProc:
     def wait_ready(self, timeout_s):
         if self.ready is None:
             self.ready = self.recv(timeout_s)
+            self.ready_at = time.monotonic()
             if self.ready.get("op") != "ready":
                 raise CandidateCrashed("did not start: " + str(self.ready)[:200], self.log_tail())
         return self.ready

@@ -38,7 +38,7 @@ def start_zygote(args):
     if os.environ.get("MUSACODER_ZYGOTE", "1") == "0":
         return None
     os.makedirs(args.scratch, exist_ok=True)
-    prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", args.scratch, "--"] \
+    prefix = [args.sandbox_exe, "sandbox-exec", "--scratch", args.scratch, "--fork-server", "--"] \
         if args.sandbox_exe else []
     return Zygote(prefix, sys.executable, args.harness_dir, args.device, args.scratch)
 
@@ -225,6 +225,12 @@ class Judge:
         cand = self.take_candidate()
         share = cand.scratch
         lap("take")
+        res["candidate_process"] = "forked" if isinstance(cand, ForkedCandidateProc) else "started"
+        ready = cand.ready or {}
+        print(f"judge: at {time.time():.3f} took a candidate process requested "
+              f"{cand.ready_at - cand.started:.3f} s before "
+              f"(its start took {ready.get('startup_s', 0):.3f} s: {json.dumps(ready.get('parts_s', {}))})",
+              file=sys.stderr, flush=True)
         try:
             load = {"op": "load", "format": req["format"], "dtype": str(dtype), "seed": seed,
                     "solution_path": req.get("solution_path", ""),

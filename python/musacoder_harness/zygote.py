@@ -144,7 +144,6 @@ class Zygote:
         why = restrict_writes_to(writable_paths(scratch))
         if why and "landlock" in os.environ.get("MUSACODER_SANDBOX", ""):
             raise RuntimeError(f"cannot confine the candidate to its scratch folder: {why}")
-        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         os.environ.update(msg.get("env", {}))
         os.chdir(scratch)
         from .candidate import serve
@@ -169,32 +168,38 @@ class Zygote:
             self.sock.send(json.dumps(reply).encode())
 
 
-def cuda_driver_initialized():
-    """Whether cuInit has run in this process (a driver initialised before fork is unusable in
-    the children). cuDeviceGetCount answers CUDA_ERROR_NOT_INITIALIZED (3) until then, without
-    initialising anything itself."""
-    try:
-        lib = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False  # no driver on this machine (CPU runs)
-    count = ctypes.c_int(0)
-    return lib.cuDeviceGetCount(ctypes.byref(count)) != 3
+def fork_is_poisoned():
+    """Whether torch would refuse CUDA in a child forked now ("Cannot re-initialize CUDA in
+    forked subprocess": torch.cuda.device_count() and friends, when they ask the driver, mark
+    every later fork as bad). Asked of a throwaway child, which exits at once."""
+    import torch
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        os.write(w, b"1" if torch.cuda._is_in_bad_fork() else b"0")
+        os._exit(0)
+    os.close(w)
+    bad = os.read(r, 1) == b"1"
+    os.close(r)
+    os.waitpid(pid, 0)
+    return bad
 
 
 def warm_imports():
-    """What every candidate would import or start itself, short of CUDA."""
-    # torch.cuda.is_available() asks NVML instead of initialising the driver (children call
-    # it normally: the variable is removed before they serve).
-    os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"
+    """What every candidate would import or start itself, short of anything that asks the GPU
+    driver. torch.utils.cpp_extension is not among them: importing it calls
+    torch.cuda.is_available(), and a child forked after that could not use CUDA (H100: "Cannot
+    re-initialize CUDA in forked subprocess", or cudaGetDeviceCount error 304 when NVML
+    answered); the child imports it after creating its own context."""
     import torch
-    import torch.utils.cpp_extension  # noqa: F401
     import torch.profiler  # noqa: F401
     from . import candidate, compare, inputs, legality, timing, transport  # noqa: F401
     x = torch.ones(4)
     with torch.no_grad(), legality.OpRecorder():  # the dispatch monitor's first use
         x.add(1)
-    if torch.cuda.is_initialized() or cuda_driver_initialized():
-        raise RuntimeError("the zygote initialised CUDA while importing: it cannot fork")
+    if torch.cuda.is_initialized() or fork_is_poisoned():
+        raise RuntimeError("the zygote asked the GPU driver while importing: its children could not use CUDA")
 
 
 def main():

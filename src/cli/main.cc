@@ -141,8 +141,8 @@ int cmd_prepare(const std::string& cache_dir) {
 
 }  // namespace
 
-// `musacoder sandbox-exec --scratch DIR [--require-all] -- CMD...` (internal, used by the
-// judge). Parsed by hand: everything after -- belongs to CMD, untouched.
+// `musacoder sandbox-exec --scratch DIR [--require-all] [--fork-server] -- CMD...` (internal,
+// used by the judge; --fork-server for the zygote, see SandboxOptions). Parsed by hand: everything after -- belongs to CMD, untouched.
 int sandbox_main(int argc, char** argv) {
   SandboxOptions so;
   int i = 2;
@@ -150,9 +150,10 @@ int sandbox_main(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "--scratch" && i + 1 < argc) so.scratch = argv[++i];
     else if (a == "--require-all") so.require_all = true;
+    else if (a == "--fork-server") so.fork_server = true;
     else {
       fmt::print(stderr, "musacoder sandbox-exec: unknown argument '{}'\n"
-                 "usage: musacoder sandbox-exec --scratch DIR [--require-all] -- CMD...\n", a);
+                 "usage: musacoder sandbox-exec --scratch DIR [--require-all] [--fork-server] -- CMD...\n", a);
       return 2;
     }
   }

@@ -177,6 +177,8 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
     r.exec_stages["trial_parts"] = j["trial_parts_s"];  // where correctness-trial time went
   if (r.exec_stages.is_object() && j.value("timing_retries", 0) > 0)
     r.exec_stages["timing_retries"] = j["timing_retries"];  // a busy host stretched the clock
+  if (r.exec_stages.is_object() && j.contains("candidate_process"))
+    r.exec_stages["process"] = j["candidate_process"];  // forked by the zygote, or started afresh
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
   if (r.speedup && (*r.speedup > cfg_.speedup_review_bound || r.degenerate_reference))

@@ -1,5 +1,7 @@
 #include "eval/sandbox.h"
 
+#include <algorithm>
+
 #include <fcntl.h>
 #include <linux/landlock.h>
 #include <sched.h>
@@ -49,6 +51,7 @@ bool apply_landlock(const SandboxOptions& opts, std::string* why) {
     return false;
   }
   std::vector<std::string> paths = opts.extra_writable;
+  if (opts.fork_server) std::replace(paths.begin(), paths.end(), std::string("/proc/self"), std::string("/proc"));
   paths.push_back(opts.scratch);
   // MUSACODER_SANDBOX_WRITABLE=/a:/b adds writable folders (for drivers that need them).
   if (const char* extra = std::getenv("MUSACODER_SANDBOX_WRITABLE")) {

@@ -14,6 +14,11 @@ struct SandboxOptions {
   // /proc/self: the CUDA driver names its threads (/proc/self/task/*/comm); resolved when the
   // sandbox is applied, so it is the candidate's own entry (exec keeps the pid).
   std::vector<std::string> extra_writable = {"/dev", "/dev/shm", "/proc/self"};
+  // For the zygote (python/musacoder_harness/zygote.py): its children inherit this layer and
+  // then narrow it with their own, where /proc/self is their own entry. With /proc/self here
+  // they could not write their /proc entries at all (the CUDA driver then fails to start:
+  // error 304 on the H100 machines), so this layer allows /proc and each child's its own.
+  bool fork_server = false;
   bool require_all = false;               // fail instead of degrading when a layer is missing
   long max_file_bytes = 4L << 30;         // RLIMIT_FSIZE
 };

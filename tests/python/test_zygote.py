@@ -60,3 +60,38 @@ def test_a_forked_candidate_writes_only_below_its_scratch(zygote, tmp_path):
     assert (tmp_path / "cand-3" / "mine.txt").read_text() == "ok"
     assert not (sibling / "theirs.txt").exists()
     c.kill()
+
+
+BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(os.path.dirname(HARNESS), "build", "musacoder"))
+
+
+def test_a_child_of_the_sandboxed_zygote_writes_its_own_proc_entry_only(tmp_path):
+    """The CUDA driver names its threads through /proc/self/task/*/comm when it starts: a child
+    that cannot do that gets no CUDA context (error 304 on the H100 machines). The zygote runs
+    under `sandbox-exec --fork-server` so its children can; each child's own layer still keeps
+    it out of other processes' entries."""
+    if not os.path.exists(BINARY):
+        pytest.skip(f"no musacoder binary at {BINARY}")
+    if not landlock_available():
+        pytest.skip("this kernel has no Landlock")
+    z = Zygote([BINARY, "sandbox-exec", "--scratch", str(tmp_path), "--fork-server", "--"],
+               sys.executable, HARNESS, "cpu", str(tmp_path))
+    try:
+        solution = tmp_path / "solution.py"
+        solution.write_text(
+            "import os, threading\n"
+            "open(f'/proc/self/task/{threading.get_native_id()}/comm', 'w').write('driver-like')\n"
+            "try:\n"
+            "    open(f'/proc/{os.getppid()}/comm', 'w')\n"
+            "    raise RuntimeError('opened the zygote /proc entry for writing')\n"
+            "except PermissionError:\n"
+            "    pass\n"
+            "raise RuntimeError('own entry written, the zygote entry refused')\n")
+        c = ForkedCandidateProc(z, str(tmp_path / "cand-4"), 120)
+        assert "landlock" in c.wait_ready(120)["sandbox"]
+        rep = c.request({"op": "load", "format": "kernelbench", "dtype": "torch.float32", "seed": 1,
+                         "solution_path": str(solution), "artifacts": {}, "init_inputs": []}, 120)
+        assert rep["op"] == "error" and "own entry written, the zygote entry refused" in rep["error"], rep
+        c.kill()
+    finally:
+        z.close()

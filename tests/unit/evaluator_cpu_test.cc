@@ -85,6 +85,8 @@ TEST(EvaluatorCpu, CaseFilesGetTheirVerdicts) {
   EXPECT_GT(*ok.speedup, 0);
   EXPECT_GE(*ok.reward, 1.0);
   EXPECT_EQ(ok.compile_path, "pool-shim");  // built against the torch shim, run through its bridge
+  // Run in a child of the (sandboxed) zygote, not in a process started after it failed.
+  EXPECT_EQ(ok.exec_stages.value("process", ""), "forked") << ok.exec_stages.dump();
   const auto& wrong = row(run, "wrong_add");
   EXPECT_EQ(wrong.trials_passed, 0);
   EXPECT_TRUE(wrong.mismatch.contains("index")) << wrong.mismatch.dump();
