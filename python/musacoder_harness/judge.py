@@ -220,8 +220,8 @@ class Judge:
             now = time.monotonic()
             stage_s[name] = now - t_stage
             t_stage = now
-        if len(self.dying) > 2:  # untimed candidates (timing off, failures) are reaped here
-            self.reap()
+        if len(self.dying) > 2 or self.memory_held_by_dying():
+            self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
         cand = self.take_candidate()
         share = cand.scratch
         lap("take")
@@ -324,6 +324,15 @@ class Judge:
             cand.signal_kill()
             self.dying.append(cand)
         return res
+
+    def memory_held_by_dying(self):
+        """Whether killed processes may still hold device memory a candidate could need: a
+        process frees it only as it exits, and an honest candidate must not run out of memory
+        because of the one before it."""
+        if not (self.dying and self.cuda):
+            return False
+        free, total = self.torch.cuda.mem_get_info(self.device)
+        return free < total // 2
 
     def reap(self):
         """Waits for killed candidate processes to be gone and removes their scratch."""

@@ -13,6 +13,8 @@ Summary summarize(const std::vector<EvalResult>& rows) {
   int compiled = 0, correct = 0, legal = 0, f0 = 0, f1 = 0, f11 = 0, f2 = 0;
   for (const auto& r : rows) {
     s.verdicts[to_string(r.verdict)]++;
+    if (r.exec_stages.is_object() && r.exec_stages.contains("process") && r.exec_stages["process"].is_string())
+      s.processes[r.exec_stages["process"].get<std::string>()]++;
     if (r.is_infra()) {
       ++s.infra_errors;
       continue;
@@ -69,6 +71,13 @@ std::string format_summary(const Summary& s) {
   out += fmt::format("{:<22}{:>10.3f}\n", "mean reward", s.mean_reward);
   out += fmt::format("{:-<32}\n", "");
   for (const auto& [v, n] : s.verdicts) out += fmt::format("{:<22}{:>10}\n", v, n);
+  if (!s.processes.empty()) {
+    out += fmt::format("{:-<32}\n", "");
+    for (const auto& [p, n] : s.processes) out += fmt::format("{:<22}{:>10}\n", "process " + p, n);
+    if (s.processes.count("started"))
+      out += "(processes started from scratch are slower: the zygote was off or could not fork;\n"
+             " the judge's log under the scratch folder says why)\n";
+  }
   return out;
 }
 
@@ -77,7 +86,7 @@ nlohmann::json summary_json(const Summary& s) {
           {"correct", s.correct},   {"legal", s.legal},               {"fast_0", s.fast_0},
           {"fast_1", s.fast_1},     {"fast_1.1", s.fast_1_1},         {"fast_2", s.fast_2},
           {"geomean_speedup", s.geomean_speedup}, {"mean_reward", s.mean_reward},
-          {"verdicts", s.verdicts}};
+          {"verdicts", s.verdicts}, {"processes", s.processes}};
 }
 
 }  // namespace mc::eval

@@ -17,6 +17,9 @@ struct Summary {
   double geomean_speedup = 0;  // over correct and legal rows with a speedup (0 if none)
   double mean_reward = 0;
   std::map<std::string, int> verdicts;
+  // Where judged candidates ran: "forked" (a child of the zygote) or "started" (a process
+  // started from scratch, slower: the zygote was off or could not fork; judge.log says why).
+  std::map<std::string, int> processes;
 };
 
 Summary summarize(const std::vector<EvalResult>& rows);

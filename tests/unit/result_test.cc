@@ -76,3 +76,20 @@ TEST(Summary, FastPCountsAllScoredRowsAndSkipsInfra) {
   EXPECT_NEAR(s.fast_2, 1.0 / 3, 1e-12);
   EXPECT_NEAR(s.geomean_speedup, std::sqrt(2.5 * 0.9), 1e-12);
 }
+
+TEST(Summary, SaysWhereCandidatesRanAndWarnsOfProcessesStartedFromScratch) {
+  std::vector<EvalResult> rows(3);
+  for (auto& r : rows) r.verdict = Verdict::kIncorrect;
+  rows[0].exec_stages = {{"take", 0.1}, {"process", "forked"}};
+  rows[1].exec_stages = {{"take", 4.2}, {"process", "started"}};
+  Summary s = summarize(rows);  // rows[2] never reached a judge: no process
+  EXPECT_EQ(s.processes.at("forked"), 1);
+  EXPECT_EQ(s.processes.at("started"), 1);
+  EXPECT_EQ(s.processes.size(), 2u);
+  std::string text = format_summary(s);
+  EXPECT_NE(text.find("process started"), std::string::npos) << text;
+  EXPECT_NE(text.find("could not fork"), std::string::npos) << text;
+  EXPECT_EQ(summary_json(s)["processes"]["forked"], 1);
+  rows[1].exec_stages["process"] = "forked";
+  EXPECT_EQ(format_summary(summarize(rows)).find("could not fork"), std::string::npos);
+}
