@@ -21,12 +21,17 @@ class CandidateTimeout(Exception):
     pass
 
 
-def kill_session(proc):
-    """Kills a process started with start_new_session, and everything in its group."""
+def kill_group(pid):
+    """SIGKILL to the process group a session leader `pid` started (no waiting)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_session(proc):
+    """Kills a process started with start_new_session, and everything in its group."""
+    kill_group(proc.pid)
     try:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
@@ -129,10 +134,7 @@ class CandidateProc:
 
     def signal_kill(self):
         """SIGKILL without waiting; kill() then waits and releases."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        kill_group(self.proc.pid)
 
     def kill(self):
         kill_session(self.proc)
@@ -233,10 +235,7 @@ class ForkedCandidateProc(CandidateProc):
 
     def signal_kill(self):
         if self._exit_code(0) is None:  # still running (a reaped pid may be reused)
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_group(self.pid)
 
     def kill(self):
         self.signal_kill()

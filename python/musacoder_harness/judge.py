@@ -17,6 +17,7 @@ import traceback
 
 from .candidate_proc import (CandidateCrashed, CandidateProc, CandidateTimeout, ForkedCandidateProc,
                              Zygote, ZygoteFailed)
+from .files import write_json_atomic
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
@@ -117,10 +118,7 @@ class Judge:
                 # Forked processes do not start on this machine: from scratch from now on.
                 self.stop_forking(f"a forked candidate process failed to start ({e}: "
                                   f"{getattr(e, 'log_tail', '')[-1500:]})")
-                for spare in self.spares:
-                    spare.kill()
-                    shutil.rmtree(spare.scratch, ignore_errors=True)
-                self.spares = []
+                self.discard_spares()
                 for _ in range(self.spare_count()):
                     self.spawn_spare()
                 return self.take_candidate()
@@ -334,6 +332,14 @@ class Judge:
         free, total = self.torch.cuda.mem_get_info(self.device)
         return free < total // 2
 
+    def discard_spares(self):
+        """Kills every spare (all signalled first, then waited for together)."""
+        for cand in self.spares:
+            cand.signal_kill()
+        self.dying += self.spares
+        self.spares = []
+        self.reap()
+
     def reap(self):
         """Waits for killed candidate processes to be gone and removes their scratch."""
         while self.dying:
@@ -481,11 +487,7 @@ class Judge:
                                   float(req.get("timing_budget_s", 2.0)),
                                   float(req.get("timing_target_rel_err", 0.01)))
         if path:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "w") as f:
-                json.dump(st, f)
-            os.replace(tmp, path)
+            write_json_atomic(path, st)
         return st
 
     def baseline(self, req):
@@ -673,11 +675,7 @@ def main():
                      "traceback": traceback.format_exc()[-3000:]}
         out.write(json.dumps(reply) + "\n")
     print(f"judge: at {time.time():.3f} input closed", file=sys.stderr, flush=True)
-    for cand in judge.spares:  # all signalled first, then waited for together
-        cand.signal_kill()
-    judge.dying += judge.spares
-    judge.spares = []
-    judge.reap()
+    judge.discard_spares()
     if judge.zygote is not None:
         judge.zygote.close()
     print(f"judge: at {time.time():.3f} stopped", file=sys.stderr, flush=True)

@@ -11,6 +11,8 @@ import os
 import sys
 import sysconfig
 
+from .files import write_json_atomic
+
 # Probing must not touch a GPU.
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 
@@ -77,11 +79,7 @@ def main():
             pass  # absent or unreadable: probe again
     info = probe()
     if fp:
-        os.makedirs(os.path.dirname(os.path.abspath(args.cache)), exist_ok=True)
-        tmp = f"{args.cache}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump({"fingerprint": fp, "facts": info}, f)
-        os.replace(tmp, args.cache)
+        write_json_atomic(args.cache, {"fingerprint": fp, "facts": info})
     print(json.dumps(info))
 
 

@@ -1,10 +1,11 @@
 """Candidate processes forked from a warm parent, instead of each starting Python, torch and the
 legality tools itself (~8 CPU-seconds each; a batch on 16 cores waited ~10 s for the first).
 
-Measured on the H100: a forked candidate process is ready ~0.8 s after the request.
+Measured on the H100: a forked candidate process is ready 0.6-1.0 s after the request.
 
 The zygote runs inside the same sandbox as a candidate (started through `musacoder
-sandbox-exec`, scratch = the judge's scratch root): no network, writes only below that root,
+sandbox-exec --fork-server`, scratch = the judge's scratch root): no network, writes only below
+that root, /dev and /proc (a child needs its own /proc entry, which its layer narrows to),
 seccomp. It imports torch and the harness but never touches CUDA (a CUDA context does not
 survive fork). For each candidate the judge sends, over a SOCK_SEQPACKET pair, a request with
 four descriptors (channel in, channel out, log, exit-status pipe); the zygote forks, and the
@@ -189,9 +190,10 @@ def fork_is_poisoned():
 def warm_imports():
     """What every candidate would import or start itself, short of anything that asks the GPU
     driver. torch.utils.cpp_extension is not among them: importing it calls
-    torch.cuda.is_available(), and a child forked after that could not use CUDA (H100: "Cannot
-    re-initialize CUDA in forked subprocess", or cudaGetDeviceCount error 304 when NVML
-    answered); the child imports it after creating its own context."""
+    torch.cuda.is_available(), which (unless NVML answers) asks the driver for its device count,
+    and torch then refuses CUDA in every child forked later ("Cannot re-initialize CUDA in
+    forked subprocess", bench/zygote_fork_probe.py on the H100); the child imports it after
+    creating its own context."""
     import torch
     import torch.profiler  # noqa: F401
     from . import candidate, compare, inputs, legality, timing, transport  # noqa: F401

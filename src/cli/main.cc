@@ -142,7 +142,8 @@ int cmd_prepare(const std::string& cache_dir) {
 }  // namespace
 
 // `musacoder sandbox-exec --scratch DIR [--require-all] [--fork-server] -- CMD...` (internal,
-// used by the judge; --fork-server for the zygote, see SandboxOptions). Parsed by hand: everything after -- belongs to CMD, untouched.
+// used by the judge; --fork-server for the zygote, see SandboxOptions). Parsed by hand:
+// everything after -- belongs to CMD, untouched.
 int sandbox_main(int argc, char** argv) {
   SandboxOptions so;
   int i = 2;
