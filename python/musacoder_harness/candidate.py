@@ -89,7 +89,11 @@ class Candidate:
                 model = model.to(dtype)
             self.model = model
         self._reserve_poisoned_memory(int(msg.get("reserve_bytes", 0)))
-        return {"op": "loaded", "compile_path": self.compile_path}
+        reply = {"op": "loaded", "compile_path": self.compile_path}
+        if self.model is not None:  # what parameter re-draws can reach (params.py)
+            from .params import tensor_specs
+            reply["param_specs"] = [[n, list(s), d] for n, s, d in tensor_specs(self.model)]
+        return reply
 
     def _install_fast_load_inline(self, artifacts):
         import torch.utils.cpp_extension as ce

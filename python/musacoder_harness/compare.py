@@ -23,11 +23,31 @@ def scale_tolerance(dtype):
     return 1e-3 if dtype in (torch.float32, torch.float64) else 2e-2
 
 
-def compare_outputs(ref, out, atol, rtol):
-    """Returns (ok, details). details describes the first mismatch for feedback."""
+# How many times PyTorch's own rounding error an honest kernel may make. Measured on the CPU
+# for fp32 sums of 4096 signed terms (tests/python/test_compare.py): a sequential loop errs
+# 16-18x more than torch.sum, inputs rounded to half 1700-2300x more. 128 accepts any
+# reasonable summation order and still rejects half precision by an order of magnitude.
+TORCH_ERROR_MULTIPLE = 128.0
+
+CHUNK = 1 << 24  # elements compared at once: bounds the judge's extra memory at any output size
+
+
+def compare_outputs(ref, out, atol, rtol, truth=None, extra_atol=None):
+    """Returns (ok, details); details describes the first mismatch, or (ok) the bound used.
+
+    ref: PyTorch's result in the run's precision. truth: the same reference computed in float64
+    (None where it could not be). With truth, outputs are compared against it, and the absolute
+    tolerance of each output tensor grows by TORCH_ERROR_MULTIPLE times the largest error
+    PyTorch's own result makes against it: the error that the problem's conditioning forces on
+    any implementation in this precision (long signed reductions, cancellations), so an honest
+    kernel summing in another order passes, while exact ops (max, relu, copies) keep the plain
+    bound. extra_atol: per output tensor, that allowance when it was measured before (timing
+    runs, which have no float64 reference)."""
     refs, outs = flatten_outputs(ref), flatten_outputs(out)
+    truths = flatten_outputs(truth) if truth is not None else [None] * len(refs)
     if len(refs) != len(outs):
         return False, {"kind": "output_count", "expected": len(refs), "got": len(outs)}
+    bounds = []
     for i, (r, o) in enumerate(zip(refs, outs)):
         if not isinstance(o, torch.Tensor):
             return False, {"kind": "type", "output": i, "got": type(o).__name__}
@@ -37,39 +57,99 @@ def compare_outputs(ref, out, atol, rtol):
         if o.dtype != r.dtype:
             return False, {"kind": "dtype", "output": i, "expected": str(r.dtype),
                            "got": str(o.dtype)}
-        if o.device != r.device:
-            o = o.to(r.device)
         if not r.is_floating_point() and not r.is_complex():
+            o = o.to(r.device)
             bad = o != r
             if bool(bad.any()):
                 return False, _first(i, bad, r, o, "value")
+            bounds.append(None)
             continue
-        r64, o64 = r.double(), o.double()
-        both_nan = torch.isnan(r64) & torch.isnan(o64)
-        diff = (o64 - r64).abs()
-        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
-        bound = atol + rtol * r64.abs()
-        bad = ~(diff <= bound) & ~both_nan  # NaN in diff counts as bad
-        bad |= torch.isnan(o64) & ~torch.isnan(r64)
-        if bool(bad.any()):
-            return False, _first(i, bad, r64, o64, "tolerance", diff, r64)
-        ref_norm = float(torch.linalg.vector_norm(torch.nan_to_num(r64)))
-        err_norm = float(torch.linalg.vector_norm(torch.nan_to_num(diff)))
+        t = truths[i] if i < len(truths) else None
+        if t is not None and tuple(t.shape) != tuple(r.shape):
+            t = None
+        torch_err_max, torch_err_norm = _torch_error(r, t) if t is not None else (0.0, 0.0)
+        extra = TORCH_ERROR_MULTIPLE * torch_err_max
+        if extra_atol is not None and i < len(extra_atol) and extra_atol[i]:
+            extra = max(extra, float(extra_atol[i]))
+        target = t if t is not None else r
+        ok, detail, err_norm, ref_norm = _check_bounds(i, target, o, atol, rtol, extra)
+        if not ok:
+            return False, detail
         tol = scale_tolerance(r.dtype)
-        if ref_norm > 0 and err_norm / ref_norm > tol:
-            d = _first(i, diff == diff.max(), r64, o64, "relative_norm", diff, r64)
-            d["relative_norm_error"] = err_norm / ref_norm
-            d["relative_norm_tolerance"] = tol
+        norm_bound = max(tol * ref_norm, TORCH_ERROR_MULTIPLE * torch_err_norm)
+        if ref_norm > 0 and err_norm > norm_bound:
+            d = _worst(i, target, o)
+            d.update(kind="relative_norm", relative_norm_error=err_norm / ref_norm,
+                     relative_norm_tolerance=norm_bound / ref_norm)
             return False, d
-    return True, None
+        bounds.append({"atol": atol, "rtol": rtol, "extra_atol": extra,
+                       "torch_error_max": torch_err_max, "against": "float64" if t is not None
+                       else "reference", "relative_norm_tolerance": norm_bound / ref_norm
+                       if ref_norm > 0 else None})
+    return True, {"bounds": bounds}
 
 
-def _first(i, bad, r, o, kind, diff=None, r64=None):
+def _chunks(*tensors):
+    """Flat float64 views of matching chunks, on the first tensor's device."""
+    flat = [x.reshape(-1) for x in tensors]
+    n = flat[0].numel()
+    dev = flat[0].device
+    for s in range(0, n, CHUNK):
+        yield s, [f[s:s + CHUNK].to(dev, torch.float64) for f in flat]
+
+
+def _torch_error(r, t):
+    """(max, 2-norm) of |PyTorch's result - the float64 reference| over finite elements."""
+    mx, sq = 0.0, 0.0
+    for _, (r64, t64) in _chunks(r, t):
+        d = (r64 - t64).abs()
+        d = torch.where(torch.isfinite(d), d, torch.zeros_like(d))
+        if d.numel():
+            mx = max(mx, float(d.max()))
+            sq += float((d * d).sum())
+    return mx, math.sqrt(sq)
+
+
+def _check_bounds(i, target, o, atol, rtol, extra):
+    """Elementwise |o - target| <= atol + rtol |target| + extra (NaN only where the target has
+    NaN), chunk by chunk. Returns (ok, detail, ||o - target||, ||target||)."""
+    sq_err, sq_ref = 0.0, 0.0
+    for s, (t64, o64) in _chunks(target, o):
+        both_nan = torch.isnan(t64) & torch.isnan(o64)
+        diff = (o64 - t64).abs()
+        diff = torch.where(both_nan, torch.zeros_like(diff), diff)
+        bound = atol + rtol * t64.abs() + extra
+        bad = ~(diff <= bound) & ~both_nan  # NaN in diff counts as bad
+        bad |= torch.isnan(o64) & ~torch.isnan(t64)
+        if bool(bad.any()):
+            d = _first(i, bad, t64, o64, "tolerance", diff, t64, offset=s, shape=target.shape)
+            d["bound"] = {"atol": atol, "rtol": rtol, "extra_atol": extra}
+            return False, d, 0.0, 0.0
+        sq_err += float(torch.nan_to_num(diff).pow(2).sum())
+        sq_ref += float(torch.nan_to_num(t64).pow(2).sum())
+    return True, None, math.sqrt(sq_err), math.sqrt(sq_ref)
+
+
+def _worst(i, target, o):
+    """The element with the largest error, for feedback."""
+    best, at = -1.0, 0
+    for s, (t64, o64) in _chunks(target, o):
+        d = torch.nan_to_num((o64 - t64).abs(), nan=math.inf)
+        j = int(d.argmax())
+        if float(d[j]) > best:
+            best, at = float(d[j]), s + j
+    t = target.reshape(-1)[at]
+    return {"kind": "", "output": i, "index": list(_unravel(at, target.shape)),
+            "expected": _num(t.double()), "got": _num(o.reshape(-1)[at].double()),
+            "max_abs_error": best}
+
+
+def _first(i, bad, r, o, kind, diff=None, r64=None, offset=0, shape=None):
     flat = bad.reshape(-1).nonzero()
     j = int(flat[0]) if flat.numel() else 0
-    idx = list(_unravel(j, r.shape))
+    idx = list(_unravel(offset + j, shape if shape is not None else r.shape))
     d = {"kind": kind, "output": i, "index": idx, "mismatched": int(bad.sum()),
-         "total": int(bad.numel()),
+         "total": int(bad.numel()) if shape is None else math.prod(shape),
          "expected": _num(r.reshape(-1)[j]), "got": _num(o.reshape(-1)[j])}
     if diff is not None:
         finite = torch.nan_to_num(diff, nan=math.inf)

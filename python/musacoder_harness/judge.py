@@ -26,11 +26,30 @@ FORKED_SPARES = 3
 class Infra(Exception):
     """The verifier failed (not the candidate)."""
 
+    def __init__(self, message, out_of_memory=False):
+        super().__init__(message)
+        self.out_of_memory = out_of_memory
+
 
 class Verdict(Exception):
     def __init__(self, verdict, reason, rule="", **extra):
         super().__init__(reason)
         self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
+
+
+def same_values(x, snap):
+    """Whether x still holds the values of its snapshot (NaN equal to NaN), chunk by chunk
+    where the snapshot lives in host memory."""
+    import torch
+    if x.shape != snap.shape or x.dtype != snap.dtype:
+        return False
+    xf, sf = x.reshape(-1), snap.reshape(-1)
+    step = 1 << 26
+    for s in range(0, xf.numel(), step):
+        a, b = xf[s:s + step], sf[s:s + step].to(xf.device)
+        if not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
+            return False
+    return True
 
 
 def start_zygote(args):
@@ -190,6 +209,138 @@ class Judge:
 
     # ---- one candidate --------------------------------------------------------------------
     def evaluate(self, req):
+        """One candidate's verdict. The judge running out of memory is the verifier's failure:
+        the candidate gets an infrastructure error (never a score), the memory is given back
+        and the judge goes on serving the next candidate."""
+        torch = self.torch
+        if self.cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        try:
+            res = self._evaluate(req)
+        except (torch.OutOfMemoryError, MemoryError) as e:
+            why = f"{type(e).__name__}: {str(e)[:300]}"
+        else:
+            if self.cuda:
+                res["judge_peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
+            return res
+        self.recover_memory()  # outside the except block: its traceback held the tensors
+        raise Infra(f"the judge ran out of memory on {os.path.basename(req.get('problem_path', ''))}"
+                    f" ({why}); nothing was scored, the judge goes on", out_of_memory=True)
+
+    def recover_memory(self):
+        import gc
+        gc.collect()
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+            self.torch.cuda.empty_cache()
+        self.health_check()
+
+    # ---- memory, numerics, limits -------------------------------------------------------------
+    def memory_plan(self, inputs, outputs, model):
+        """Where the large per-trial tensors live, from the problem's footprint and the free
+        device memory: the input snapshots (mutation check), the candidate's output copies and
+        the float64 reference go to host memory when the device cannot hold them; timing keeps
+        as many input sets (each with its reference output) as fit."""
+        from .compare import flatten_outputs
+        torch = self.torch
+
+        def nbytes(xs):
+            return sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))
+        in_b, out_b = nbytes(inputs), nbytes(flatten_outputs(outputs))
+        par_b = nbytes(list(model.state_dict().values()))
+        plan = {"input_bytes": in_b, "output_bytes": out_b, "param_bytes": par_b}
+        if not self.cuda:
+            plan.update(free_bytes=None, snapshots="device", truth="device", timing_sets=8,
+                        candidate_reserve_bytes=2 * out_b + (64 << 20))
+            return plan
+        free, _ = torch.cuda.mem_get_info(self.device)
+        plan["free_bytes"] = int(free)
+        # Per trial the judge holds: inputs, the reference output, and a share of working
+        # memory; the candidate: its outputs and its reserve of poisoned memory.
+        budget = free - 2 * (in_b + out_b) - (2 << 30)
+        reserve = min(2 * out_b, max(0, budget // 4)) + (64 << 20)
+        budget -= reserve + out_b
+        plan["candidate_reserve_bytes"] = int(reserve)
+        plan["snapshots"] = "device" if budget > 2 * (in_b + out_b) else "host"
+        if plan["snapshots"] == "device":
+            budget -= in_b + out_b
+        # float64 copies of inputs, parameters and outputs, and its forward's intermediates.
+        truth_b = 2 * (in_b + par_b) + 6 * out_b
+        plan["truth"] = "device" if budget > truth_b else "host"
+        per_set = in_b + 2 * out_b
+        plan["timing_sets"] = int(max(1, min(8, (free - (4 << 30)) // max(1, 2 * per_set))))
+        return plan
+
+    def snapshot(self, x, plan):
+        """A private copy the candidate cannot reach: on the device, or in host memory when
+        the plan says the device cannot hold it."""
+        if not isinstance(x, self.torch.Tensor):
+            return x
+        if plan.get("snapshots") == "host" and x.is_cuda:
+            return x.to("cpu")
+        return x.clone()
+
+    def truth_run(self, ref_model, inputs, plan, res):
+        """The trial's reference in float64 (same parameters, same inputs): the yardstick of
+        compare_outputs. On the host where the plan says so or the device runs out of memory;
+        None (recorded) where neither can: the comparison is then against PyTorch's result
+        with the plain tolerance."""
+        import copy
+        torch = self.torch
+        places = ["device", "host"] if plan.get("truth") == "device" else ["host"]
+        for place in places:
+            dev = self.device if place == "device" else torch.device("cpu")
+            try:
+                with torch.no_grad():
+                    m64 = copy.deepcopy(ref_model).to(dev, torch.float64)
+                    x64 = [x.to(dev, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                           else x.to(dev) if isinstance(x, torch.Tensor) else x for x in inputs]
+                    out = m64(*x64)
+                res.setdefault("truth_on", []).append(place)
+                return out
+            except (torch.OutOfMemoryError, MemoryError):
+                m64 = x64 = None
+                if self.cuda:
+                    torch.cuda.empty_cache()
+            except Exception as e:  # an op without a float64 kernel: compare as before
+                res.setdefault("truth_on", []).append(f"none ({type(e).__name__}: {str(e)[:120]})")
+                return None
+        res.setdefault("truth_on", []).append("none (out of memory)")
+        return None
+
+    def trial_limit(self, req, ref_s, first):
+        """A correctness trial's limit follows the reference's own time: a generous multiple
+        with a floor, capped by trial_timeout_s. The first trial also runs the legality
+        monitor and the profiler (forward twice), so it gets twice as long."""
+        cap = float(req.get("trial_timeout_s", self.args.trial_timeout))
+        floor = float(req.get("trial_timeout_floor_s", 5.0))
+        multiple = float(req.get("trial_timeout_ref_multiple", 200.0))
+        limit = floor + multiple * ref_s
+        if first:
+            limit *= 2
+        return min(cap, limit)
+
+    def _redraw_mapping(self, ref_model, load_reply, native, res):
+        """{reference name: candidate name} for parameter re-draws, or None where the mapping is
+        incomplete (the trials then run on the initial parameters; recorded in the row)."""
+        from .params import match_parameters, tensor_specs
+        ref_specs = tensor_specs(ref_model)
+        if native or not ref_specs:
+            return {n: n for n, _, _ in ref_specs}
+        cand_specs = load_reply.get("param_specs")
+        if not isinstance(cand_specs, list):
+            cand_specs = []
+        try:
+            cand_specs = [(str(n), tuple(int(x) for x in s), str(d)) for n, s, d in cand_specs]
+        except (TypeError, ValueError):
+            raise Verdict("runtime_error", "malformed parameter report from the candidate process")
+        mapping, unmapped = match_parameters(ref_specs, cand_specs)
+        renamed = sum(1 for k, v in mapping.items() if k != v)
+        res["param_redraw"] = {"mapped": len(mapping), "renamed": renamed, "unmapped": unmapped[:20],
+                               "skipped": bool(unmapped)}
+        return None if unmapped else mapping
+
+    def _evaluate(self, req):
         torch = self.torch
         from .compare import compare_outputs, degenerate, flatten_outputs
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
@@ -237,8 +388,9 @@ class Judge:
             inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
             with torch.no_grad():
                 out0 = ref_model(*inputs0)
-            out_bytes = sum(o.numel() * o.element_size() for o in flatten_outputs(out0))
-            load["reserve_bytes"] = 2 * out_bytes + (64 << 20)
+            plan = self.memory_plan(inputs0, out0, ref_model)
+            res["memory_plan"] = plan
+            load["reserve_bytes"] = plan["candidate_reserve_bytes"]
             params = list(ref_model.state_dict().values())
             if native:
                 load["so_path"] = req["so_path"]
@@ -249,9 +401,12 @@ class Judge:
             rep = self._ask(cand, load, self.args.load_timeout, "load")
             res["compile_path"] = rep.get("compile_path", "pool")
             lap("load")
+            redraw_to = self._redraw_mapping(ref_model, rep, native, res)
 
             passed, first_mismatch = 0, None
             parts = res["trial_parts_s"] = {}  # where trial time goes (judge side + candidate's)
+            limits = res["trial_limits_s"] = []
+            extra_atol = None  # per output: the numerics allowance of native-input trials
 
             def part(name, since):
                 now = time.monotonic()
@@ -260,29 +415,35 @@ class Judge:
             for t, (tseed, variant) in enumerate(trial_inputs):
                 t_part = time.monotonic()
                 redraw = None
-                if t in REDRAW_TRIALS and params:
+                if t in REDRAW_TRIALS and params and redraw_to is not None:
                     new = redraw_parameters(ref_model, tseed)
                     redraw = [describe(p.detach(), share) for p in ref_model.state_dict().values()] \
-                        if native else {n: describe(p.detach(), share) for n, p in new.items()}
-                inputs, ref, _ = self.reference_run(ref_model, prob, tseed, variant, dtype)
+                        if native else {redraw_to[n]: describe(p.detach(), share)
+                                        for n, p in new.items() if n in redraw_to}
+                t_ref = time.perf_counter()
+                inputs, ref, variant = self.reference_run(ref_model, prob, tseed, variant, dtype)
+                ref_s = time.perf_counter() - t_ref
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
                 t_part = part("reference", t_part)
+                truth = self.truth_run(ref_model, inputs, plan, res)
+                t_part = part("truth", t_part)
                 shared = [share_value(x, share) for x in inputs]
                 inputs = [v for _, v in shared]  # what the candidate sees (and could write)
-                before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+                before = [self.snapshot(x, plan) for x in inputs]
                 msg = {"op": "run", "inputs": [d for d, _ in shared],
                        "monitor": t == 0, "allow": allow, "params": redraw}
                 res["trials_total"] = t + 1
+                limit = self.trial_limit(req, ref_s, first=(t == 0))
+                limits.append(round(limit, 2))
                 t_part = part("share", t_part)
-                rep = self._ask(cand, msg, self.args.trial_timeout, "correctness",
-                                passed=passed)
+                rep = self._ask(cand, msg, limit, "correctness", passed=passed)
                 t_part = part("candidate", t_part)
                 for k, v in (rep.get("parts_s") or {}).items():
                     if isinstance(v, (int, float)):
                         parts["cand_" + str(k)[:20]] = parts.get("cand_" + str(k)[:20], 0.0) + float(v)
                 try:
-                    outs = [open_tensor(d, share).clone() for d in rep.get("outputs", [])]
+                    outs = [self.snapshot(open_tensor(d, share), plan) for d in rep.get("outputs", [])]
                 except Exception as e:
                     raise Verdict("runtime_error", f"unreadable outputs: {e}")
                 finally:
@@ -291,21 +452,26 @@ class Judge:
                     torch.cuda.synchronize()
                 t_part = part("outputs", t_part)
                 for x, b in zip(inputs, before):
-                    if isinstance(x, torch.Tensor) and not torch.equal(
-                            torch.nan_to_num(x), torch.nan_to_num(b)):
+                    if isinstance(x, torch.Tensor) and not same_values(x, b):
                         raise Verdict("illegal", "the candidate modified its inputs",
                                       "input_mutation")
-                if t == 0:
+                if t == 0 and req.get("legality", True):
                     self._check_legality(rep.get("legality", {}), native, allow)
-                ok, detail = compare_outputs(ref, outs, atol, rtol)
+                ok, detail = compare_outputs(ref, outs, atol, rtol, truth=truth)
                 if ok:
                     passed += 1
+                    if variant == "native":
+                        got = [b["extra_atol"] if b else 0.0 for b in detail["bounds"]]
+                        extra_atol = got if extra_atol is None else [max(x, y) for x, y in zip(extra_atol, got)]
+                    res["tolerance"] = detail["bounds"]
                 elif first_mismatch is None:
                     detail["trial"] = t
                     detail["variant"] = variant
                     first_mismatch = detail
                 res["trials_passed"] = passed
+                del inputs, ref, truth, before, outs, shared
                 part("checks", t_part)
+            res["extra_atol"] = extra_atol
             res["mismatch"] = first_mismatch
             lap("trials")
             if passed < trials:
@@ -392,7 +558,9 @@ class Judge:
         from .inputs import timing_sets
         from .timing import iterations_for
         from .transport import describe_value
-        k = int(req.get("timing_input_sets", 3))
+        # As many input sets as the memory plan holds at once (each with its reference output).
+        k = max(1, min(int(req.get("timing_input_sets", 3)), res["memory_plan"]["timing_sets"]))
+        res["timing_sets_used"] = k
         budget = float(req.get("timing_budget_s", 2.0))
         self.reap()  # nothing of an earlier candidate is still running while we time
         sets = timing_sets(prob, seed, k, self.device, dtype)
@@ -448,7 +616,8 @@ class Judge:
         try:
             for i, d in enumerate(outs_rep.get("outputs", [])):
                 outs = [open_tensor(x, share).clone() for x in d]
-                ok, detail = compare_outputs(ref_outs[i], outs, float(req["atol"]), float(req["rtol"]))
+                ok, detail = compare_outputs(ref_outs[i], outs, float(req["atol"]), float(req["rtol"]),
+                                             extra_atol=res.get("extra_atol"))
                 if not ok:
                     raise Verdict("timing_error", "outputs of timed runs do not match the "
                                   "reference (stale or cached results)", "stale_result",
@@ -664,7 +833,7 @@ def main():
             else:
                 reply = {"id": rid, "ok": False, "infra_error": f"unknown op {op!r}"}
         except Infra as e:
-            reply = {"id": rid, "ok": False, "infra_error": str(e)}
+            reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory}
             out.write(json.dumps(reply) + "\n")
             if "health check" in str(e):
                 return 4  # the executor restarts us

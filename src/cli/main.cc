@@ -25,6 +25,7 @@
 #include "eval/static_check.h"
 #include "eval/summary.h"
 #include "cli/run_options.h"
+#include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
 #include "cli/synth_command.h"
 #include "cli/tokenize_command.h"
@@ -246,6 +247,7 @@ int main(int argc, char** argv) {
   ServeCommands serve_cmds(app);
   SynthCommand synth_cmd(app);
   TokenizeCommand tokenize_cmd(app);
+  SelftestCommand selftest_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -256,6 +258,7 @@ int main(int argc, char** argv) {
     if (auto rc = serve_cmds.run()) return *rc;
     if (auto rc = synth_cmd.run()) return *rc;
     if (auto rc = tokenize_cmd.run()) return *rc;
+    if (auto rc = selftest_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {

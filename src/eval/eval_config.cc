@@ -9,14 +9,17 @@ namespace mc::eval {
 
 std::string EvalConfig::config_hash() const {
   KeyBuilder k;
-  k.add("eval-config-v1").add(precision).add(std::to_string(trials)).add(std::to_string(seed));
+  k.add("eval-config-v2").add(precision).add(std::to_string(trials)).add(std::to_string(seed));
   k.add(fmt::format("{:.6g}/{:.6g}", effective_atol(), effective_rtol()));
   for (const auto& a : allow) k.add("allow:" + a);
   k.add(timing ? "timed" : "untimed");
   k.add(fmt::format("{:.4g}/{:.4g}/{}/{:.4g}", timing_budget_s, timing_target_rel_err,
                     timing_input_sets, speedup_review_bound));
   k.add(fmt::format("{:.4g}/{:.4g}", reward.lambda, reward.nu_max));
+  k.add(fmt::format("trial-limit:{:.4g}/{:.4g}/{:.4g}", trial_timeout_s, trial_timeout_floor_s,
+                    trial_timeout_ref_multiple));
   if (compile_only) k.add("compile-only");  // absent otherwise: earlier hashes stay valid
+  if (!legality) k.add("no-legality");
   return k.hex().substr(0, 16);
 }
 
@@ -36,9 +39,12 @@ nlohmann::json to_json(const EvalConfig& c) {
           {"reward_nu_max", c.reward.nu_max},
           {"load_timeout_s", c.load_timeout_s},
           {"trial_timeout_s", c.trial_timeout_s},
+          {"trial_timeout_floor_s", c.trial_timeout_floor_s},
+          {"trial_timeout_ref_multiple", c.trial_timeout_ref_multiple},
           {"timing_timeout_s", c.timing_timeout_s},
           {"compile_timeout_s", c.compile_timeout_s},
-          {"compile_only", c.compile_only}};
+          {"compile_only", c.compile_only},
+          {"legality", c.legality}};
 }
 
 EvalConfig eval_config_from_json(const nlohmann::json& j) {
@@ -73,9 +79,12 @@ EvalConfig eval_config_from_json(const nlohmann::json& j) {
   num("reward_nu_max", c.reward.nu_max);
   num("load_timeout_s", c.load_timeout_s);
   num("trial_timeout_s", c.trial_timeout_s);
+  num("trial_timeout_floor_s", c.trial_timeout_floor_s);
+  num("trial_timeout_ref_multiple", c.trial_timeout_ref_multiple);
   num("timing_timeout_s", c.timing_timeout_s);
   num("compile_timeout_s", c.compile_timeout_s);
   if (j.contains("compile_only")) c.compile_only = j["compile_only"].get<bool>();
+  if (j.contains("legality")) c.legality = j["legality"].get<bool>();
   validate(c);
   return c;
 }
@@ -88,6 +97,9 @@ void validate(const EvalConfig& c) {
            "timing input sets must be in 1..16, got ", c.timing_input_sets);
   MC_CHECK(c.timing_budget_s > 0, "timing budget must be positive");
   MC_CHECK(c.speedup_review_bound > 1, "speedup review bound must exceed 1");
+  MC_CHECK(c.trial_timeout_s > 0 && c.trial_timeout_floor_s > 0 && c.trial_timeout_ref_multiple >= 1,
+           "trial limits must be positive (trial_timeout_s ", c.trial_timeout_s, ", floor ",
+           c.trial_timeout_floor_s, ", reference multiple ", c.trial_timeout_ref_multiple, ")");
   static const std::set<std::string> kKnown = {"cublas", "cudnn", "half_precision",
                                                "torch_compute", "try_except_fallback"};
   for (const auto& a : c.allow)

@@ -28,10 +28,16 @@ struct EvalConfig {
   RewardParams reward;
   // Wall-clock limits per stage, seconds.
   double load_timeout_s = 120;     // import + extension load + ModelNew construction
-  double trial_timeout_s = 60;     // one correctness trial
+  double trial_timeout_s = 60;     // cap on one correctness trial
+  // A trial's limit follows the reference's own time: floor + multiple x the reference's
+  // forward (twice that for the first trial, which also runs the legality monitor), capped by
+  // trial_timeout_s. A hanging candidate costs seconds, a slow honest one still finishes.
+  double trial_timeout_floor_s = 5;
+  double trial_timeout_ref_multiple = 200;
   double timing_timeout_s = 120;   // the whole timing stage of one candidate
   double compile_timeout_s = 600;
   bool compile_only = false;       // stop after compiling: verdict `compiled`, no execution
+  bool legality = true;            // false only in `musacoder selftest`: verdicts on numerics alone
 
 
   // Stable digest of the fields above.

@@ -130,6 +130,9 @@ nlohmann::json GpuRunner::judge_request(const Candidate& c, const PreparedCandid
       {"timing_timeout_s", cfg_.timing_timeout_s},
       {"load_timeout_s", cfg_.load_timeout_s},
       {"trial_timeout_s", cfg_.trial_timeout_s},
+      {"trial_timeout_floor_s", cfg_.trial_timeout_floor_s},
+      {"trial_timeout_ref_multiple", cfg_.trial_timeout_ref_multiple},
+      {"legality", cfg_.legality},
   };
   if (p.ex.format == SolutionFormat::kNative) {
     req["so_path"] = co.modules.at(0).so_path;
@@ -179,6 +182,10 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
     r.exec_stages["timing_retries"] = j["timing_retries"];  // a busy host stretched the clock
   if (r.exec_stages.is_object() && j.contains("candidate_process"))
     r.exec_stages["process"] = j["candidate_process"];  // forked by the zygote, or started afresh
+  r.judge_details = nlohmann::json::object();
+  for (const char* k : {"tolerance", "truth_on", "param_redraw", "memory_plan", "trial_limits_s",
+                        "judge_peak_mem_bytes", "timing_sets_used"})
+    if (j.contains(k) && !j[k].is_null()) r.judge_details[k] = j[k];
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
   if (r.speedup && (*r.speedup > cfg_.speedup_review_bound || r.degenerate_reference))
@@ -198,9 +205,10 @@ void GpuRunner::warm_up() {
 
 void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
                         const EvalConfig& cfg, EvalResult& r) {
-  if (consecutive_infra_ >= 3) {  // this GPU's judge cannot run: do not wait for it again
+  if (start_failures_ >= 3) {  // this GPU's judge cannot start: do not wait for it again
     r.verdict = Verdict::kInfraError;
-    r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable";
+    r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable (its judge "
+                    "failed to start 3 times)";
     return;
   }
   nlohmann::json req;
@@ -211,24 +219,35 @@ void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
     r.infra_error = std::string("preparing the request: ") + e.what();
     return;
   }
-  // Infra failures are retried once; a candidate's own failures never are.
+  // Infra failures are retried once; a candidate's own failures never are. A judge that died
+  // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
+  // one for the next request, and the rest of the run goes on. Only a judge that cannot start
+  // at all makes this GPU unavailable.
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
       if (!exec_) exec_ = std::make_unique<Executor>(opts_);
+      exec_->ensure_started();
+      start_failures_ = 0;
+    } catch (const std::exception& e) {
+      r.verdict = Verdict::kInfraError;
+      r.infra_error = e.what();
+      ++start_failures_;
+      continue;
+    }
+    try {
       auto reply = exec_->call(req, request_timeout_s(cfg));
       if (reply.value("ok", false)) {
         fill_from_judge(r, reply.at("result"), cfg);
         if (r.compile_path == "runtime") r.compiled = true;
-        consecutive_infra_ = 0;
         return;
       }
       r.verdict = Verdict::kInfraError;
       r.infra_error = reply.value("infra_error", std::string("judge failed"));
+      if (reply.value("out_of_memory", false)) return;  // the same request would fail again
     } catch (const std::exception& e) {
       r.verdict = Verdict::kInfraError;
       r.infra_error = e.what();
     }
-    ++consecutive_infra_;
   }
 }
 

@@ -62,7 +62,7 @@ class GpuRunner {
 
   ExecutorOptions opts_;
   std::unique_ptr<Executor> exec_;
-  int consecutive_infra_ = 0;
+  int start_failures_ = 0;  // consecutive judge starts that failed
 };
 
 }  // namespace mc::eval

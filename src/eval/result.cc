@@ -75,6 +75,7 @@ nlohmann::json to_json(const EvalResult& r) {
       {"wall_s", r.wall_s},
       {"exec_s", r.exec_s},
       {"exec_stages", r.exec_stages},
+      {"judge_details", r.judge_details},
   };
   return j;
 }
@@ -124,6 +125,7 @@ EvalResult result_from_json(const nlohmann::json& j) {
     r.wall_s = j.value("wall_s", 0.0);
     r.exec_s = j.value("exec_s", 0.0);
     r.exec_stages = j.value("exec_stages", nlohmann::json());
+    r.judge_details = j.value("judge_details", nlohmann::json());
   } catch (const nlohmann::json::exception& e) {
     throw Error(str_cat("malformed result row: ", e.what()));
   }

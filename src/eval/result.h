@@ -50,6 +50,10 @@ struct EvalResult {
   double wall_s = 0;             // this candidate, end to end (queueing and compile included)
   double exec_s = 0;             // inside the judge: load, trials, timing
   nlohmann::json exec_stages;    // seconds per judge stage {take, load, trials, timing}
+  // How the judge decided and what it held: the tolerance bounds used ({atol, rtol,
+  // extra_atol, torch_error_max, against}), where the float64 reference ran, the parameter
+  // re-draw mapping, the memory plan, each trial's time limit, the judge's peak device memory.
+  nlohmann::json judge_details;
 
   bool correct() const { return trials_total > 0 && trials_passed == trials_total; }
   bool legal() const;  // no rule fired (meaningful only once execution got that far)

@@ -119,7 +119,11 @@ const Rule kRules[] = {
     {"stale_result", View::kPython, R"(\bself\.\w*(count|calls|iter|step|runs|warm|n_)\w*\s*(\+|-)=)",
      "counts calls in forward, as a kernel that behaves differently after warm-up would",
      nullptr, false},
-    {"stale_result", View::kCpp, R"(\bstatic\s+(int|long|unsigned|size_t|int64_t|bool|std::atomic)\b)",
+    // A static *variable* of a scalar or atomic type: `static int calls = 0;`, `static bool
+    // warm;`, `static std::atomic<int> n{0};`. Not static functions (`static unsigned grid_for(`),
+    // not `static const` / `static constexpr` tables: neither holds state that changes.
+    {"stale_result", View::kCpp,
+     R"(\bstatic\s+(?!const\b|constexpr\b)(?:(?:thread_local|volatile|signed|unsigned|long|short)\s+)*(?:int|long|unsigned|short|char|size_t|u?int(?:8|16|32|64)_t|bool|float|double|std::atomic\s*<[^>]*>|std::atomic_\w+)\s*\*?\s*\w+\s*(?:=|;|\[|\{|,))",
      "keeps mutable static state across calls (call counters, warm-up switches)", nullptr, false},
     {"input_mutation", View::kForward, R"(\b\w+\s*\.\s*(?!requires_grad_)\w+_\s*\()",
      "calls an in-place tensor method in forward; never modify inputs or parameters", nullptr,

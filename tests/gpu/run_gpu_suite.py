@@ -96,7 +96,10 @@ def main():
     except OSError:
         victim = None
 
-    honest = cases(os.path.join(CASES, "gpu", "honest")) + cases(os.path.join(CASES, "gpu", "native"))
+    # variants: more honest kernels per problem (static helpers, own parameter names, other
+    # summation orders) that must be accepted too.
+    honest = cases(os.path.join(CASES, "gpu", "honest")) + cases(os.path.join(CASES, "gpu", "native")) \
+        + cases(os.path.join(CASES, "gpu", "variants"))
     honest = [(("native_" if p.endswith(".cu") else "") + n, p) for n, p in honest]
     rows, wall_cold, _ = run_eval(args.musacoder, honest, args.out, "honest_cold", common)
     for name, path in honest:

@@ -62,3 +62,85 @@ def test_degenerate_references():
     assert degenerate(torch.full((100,), 3.0))
     assert not degenerate(torch.randn(100))
     assert degenerate((torch.randn(10), torch.zeros(10)))
+
+
+# ---- tolerance that follows the numerics (against a float64 reference) -------------------------
+import numpy as np
+import pytest
+
+from musacoder_harness import compare as compare_mod
+
+
+def _sum_case(variant, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(256, 4096, generator=g)
+    if variant == "outliers":
+        m = torch.rand(x.shape, generator=g) < 0.01
+        x = torch.where(m, x * 100, x)
+    return x, x.sum(1), x.double().sum(1)
+
+
+def _sequential_sum(x):
+    acc = np.zeros(x.shape[0], dtype=np.float32)
+    xn = x.numpy()
+    for j in range(x.shape[1]):
+        acc = acc + xn[:, j]
+    return torch.from_numpy(acc)
+
+
+@pytest.mark.parametrize("variant", ["signed", "outliers"])
+def test_honest_summation_orders_pass_against_float64(variant):
+    x, ref, truth = _sum_case(variant)
+    # The false positive: one thread per output, summing in order, failed the plain
+    # 1e-4 bound on outputs near zero (with outliers); it passes once the bound follows the
+    # problem's conditioning.
+    if variant == "outliers":
+        assert not compare_outputs(ref, _sequential_sum(x), 1e-4, 1e-4)[0]
+    for honest in (_sequential_sum(x), x.view(256, 128, 32).sum(2).sum(1),
+                   x.flip(1).view(256, 64, 64).sum(1).sum(1), truth.float()):
+        ok, d = compare_outputs(ref, honest, 1e-4, 1e-4, truth=truth)
+        assert ok, d
+        assert d["bounds"][0]["against"] == "float64" and d["bounds"][0]["extra_atol"] > 0
+
+
+@pytest.mark.parametrize("variant", ["signed", "outliers"])
+def test_wrong_sums_still_fail_against_float64(variant):
+    x, ref, truth = _sum_case(variant)
+    half = x.half().float().sum(1)                  # half-precision downcast
+    bf16 = x.bfloat16().float().sum(1)
+    off_by_one = x[:, :-1].sum(1)                   # drops the last term
+    shifted = ref.roll(1)                           # right values, wrong places
+    for bad in (half, bf16, off_by_one, shifted, torch.zeros_like(ref), torch.full_like(ref, float(ref.mean()))):
+        ok, d = compare_outputs(ref, bad, 1e-4, 1e-4, truth=truth)
+        assert not ok
+        assert d["bound"]["extra_atol"] > 0 if d["kind"] == "tolerance" else True
+
+
+def test_exact_ops_keep_the_plain_bound():
+    # relu is exact in fp32: PyTorch's error is 0, so nothing is added, and half fails.
+    x = torch.randn(1000, 100) * 3
+    ref, truth = torch.relu(x), torch.relu(x.double())
+    ok, d = compare_outputs(ref, ref.clone(), 1e-4, 1e-4, truth=truth)
+    assert ok and d["bounds"][0]["extra_atol"] == 0.0
+    assert not compare_outputs(ref, torch.relu(x.half()).float(), 1e-4, 1e-4, truth=truth)[0]
+
+
+def test_chunked_comparison_agrees_with_whole(monkeypatch):
+    x, ref, truth = _sum_case("signed")
+    bad = ref.clone()
+    bad[200] += 1.0
+    whole = compare_outputs(ref, bad, 1e-4, 1e-4, truth=truth)
+    monkeypatch.setattr(compare_mod, "CHUNK", 7)
+    chunked = compare_outputs(ref, bad, 1e-4, 1e-4, truth=truth)
+    assert not whole[0] and not chunked[0]
+    assert whole[1]["index"] == chunked[1]["index"] == [200]
+    assert compare_outputs(ref, _sequential_sum(x), 1e-4, 1e-4, truth=truth)[0]
+
+
+def test_measured_allowance_applies_without_float64():
+    # Timing runs reuse the allowance the correctness trials measured.
+    x, ref, truth = _sum_case("signed")
+    seq = _sequential_sum(x)
+    extra = compare_outputs(ref, seq, 1e-4, 1e-4, truth=truth)[1]["bounds"][0]["extra_atol"]
+    assert compare_outputs(ref, seq, 1e-4, 1e-4, extra_atol=[extra])[0]
+    assert not compare_outputs(ref, x.half().float().sum(1), 1e-4, 1e-4, extra_atol=[extra])[0]

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <sstream>
+
 #include "common/fs.h"
 #include "common/subprocess.h"
 #include "test_util.h"
@@ -156,4 +158,86 @@ TEST(EvaluatorCpu, BaselineWritesKernelBenchSchema) {
     EXPECT_TRUE(relu.contains(k)) << k;
   EXPECT_GT(relu["mean"].get<double>(), 0);
   EXPECT_LE(relu["min"].get<double>(), relu["max"].get<double>());
+}
+
+// A judge that runs out of memory (here a MemoryError in the reference, the CPU analogue of a
+// published-size problem that does not fit) gives that candidate an infra error, never a score,
+// and the judge goes on serving every candidate after it: nothing later in the run is lost.
+TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
+  mc::TempDir dir;
+  auto probs = dir.path() / "problems";
+  mc::fs::create_directories(probs);
+  mc::fs::copy(mc::test::cases_dir() + "/problems/1_Add.py", probs / "1_Add.py");
+  mc::write_file_atomic(probs / "8_Huge.py",
+                        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                        "    def forward(self, x):\n"
+                        "        raise MemoryError('simulated: the reference needs more memory than there is')\n\n"
+                        "def get_inputs():\n    return [torch.rand(8)]\n\n"
+                        "def get_init_inputs():\n    return []\n");
+  auto problems = load_problems(probs.string());
+  ASSERT_EQ(problems.size(), 2u);
+  std::vector<Candidate> cands;
+  std::string add = mc::test::cases_dir() + "/cpu/honest_add.py";
+  for (int i = 0; i < 6; ++i) {  // three huge ones first: the judge must outlive them all
+    Candidate c = candidate_from_file(add, problems[i < 3 ? 1 : 0]);
+    c.sample_id = (i < 3 ? "huge_" : "add_") + std::to_string(i);
+    cands.push_back(c);
+  }
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing = false;
+  EvaluatorOptions o;
+  o.device = "cpu";
+  o.cache_dir = mc::test::test_cache_dir();
+  o.sandbox_exe = MUSACODER_BINARY;
+  o.progress = false;
+  Evaluator ev(cfg, o);
+  auto rows = ev.run(cands, nullptr);
+  ASSERT_EQ(rows.size(), cands.size());
+  for (const auto& r : rows) {
+    if (r.sample_id.rfind("huge_", 0) == 0) {
+      EXPECT_EQ(r.verdict, Verdict::kInfraError) << r.sample_id << ": " << r.reason;
+      EXPECT_NE(r.infra_error.find("ran out of memory"), std::string::npos) << r.infra_error;
+      EXPECT_FALSE(r.reward.has_value());
+    } else {
+      EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
+    }
+  }
+}
+
+// `musacoder selftest` on the CPU: valid re-implementations (float64, another summation order,
+// renamed parameters) accepted on every problem, the negative controls rejected.
+TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
+  mc::TempDir dir;
+  auto l1 = dir.path() / "KernelBench" / "level1";
+  mc::fs::create_directories(l1);
+  for (const char* p : {"4_LayerNorm.py", "7_SumRows.py"})
+    mc::fs::copy(mc::test::cases_dir() + "/problems/" + p, l1 / p);
+  mc::SubprocessOptions o;
+  std::string out = (dir.path() / "st").string();
+  o.argv = {MUSACODER_BINARY, "selftest", "--problems", dir.path().string(), "--levels", "1",
+            "--device", "cpu", "--cache-dir", mc::test::test_cache_dir(), "--negatives", "1",
+            "--trial-timeout", "30", "--out", out, "--no-progress"};
+  auto r = mc::run_command(o, 600000);
+  ASSERT_TRUE(r.status.ok()) << r.out << r.err;
+  EXPECT_NE(r.out.find("selftest: PASS"), std::string::npos) << r.out;
+  auto rep = nlohmann::json::parse(mc::read_file(out + "/report.json"));
+  const auto& all = rep["all"];
+  EXPECT_EQ(all["problems"].get<int>(), 2);
+  EXPECT_EQ(all["honest_judged"].get<int>(), 6);
+  EXPECT_EQ(all["honest_accepted"].get<int>(), 6) << all.dump();
+  EXPECT_EQ(all["infra_errors"].get<int>(), 0);
+  EXPECT_EQ(all["negatives"].get<int>(), 3);
+  EXPECT_EQ(all["negatives_rejected"].get<int>(), 3) << all.dump();
+  // The renamed LayerNorm's re-draws reached its parameters by order and shape.
+  bool seen = false;
+  std::istringstream rows(mc::read_file(out + "/rows.jsonl"));
+  for (std::string line; std::getline(rows, line);) {
+    auto row = nlohmann::json::parse(line);
+    if (row["problem"] != "L1/4_LayerNorm" || row["sample_id"] != "renamed") continue;
+    seen = true;
+    EXPECT_EQ(row["judge_details"]["param_redraw"]["renamed"].get<int>(), 2) << row.dump();
+    EXPECT_FALSE(row["judge_details"]["param_redraw"]["skipped"].get<bool>());
+  }
+  EXPECT_TRUE(seen);
 }

@@ -41,6 +41,7 @@ void check_folder(const std::string& folder) {
 TEST(StaticCheck, OneCaseFilePerHackClass) { check_folder("hacks"); }
 TEST(StaticCheck, HonestGpuCasesPass) { check_folder("gpu/honest"); }
 TEST(StaticCheck, NativeCasesPass) { check_folder("gpu/native"); }
+TEST(StaticCheck, HonestGpuVariantsPass) { check_folder("gpu/variants"); }
 TEST(StaticCheck, FaultCasesAreNotStaticViolations) { check_folder("faults"); }
 TEST(StaticCheck, CpuCases) { check_folder("cpu"); }
 
@@ -84,4 +85,34 @@ TEST(StaticCheck, OwnExtensionMethodsAreNotTorchOps) {
       "    def __init__(self):\n        super().__init__()\n        self.k = ext\n"
       "    def forward(self, x):\n        return self.k.add(x, x)\n";
   EXPECT_TRUE(static_check(code, SolutionFormat::kKernelBench).empty());
+}
+
+// stale_result fires on static *state*, never on static functions, read-only tables or
+// compile-time constants (a false positive here scores an honest kernel -1).
+TEST(StaticCheck, StaleResultOnlyOnMutableStatics) {
+  auto fires = [](const std::string& cpp) {
+    for (const auto& v : static_check(cpp, SolutionFormat::kNative))
+      if (v.rule == "stale_result") return true;
+    return false;
+  };
+  // Not state: each of these must stay quiet.
+  EXPECT_FALSE(fires("static unsigned int grid_for(int64_t n, unsigned b) { return (n + b - 1) / b; }"));
+  EXPECT_FALSE(fires("static int ceil_div(int a, int b) { return (a + b - 1) / b; }"));
+  EXPECT_FALSE(fires("static inline bool is_aligned(const void* p) { return true; }"));
+  EXPECT_FALSE(fires("static __device__ __forceinline__ float relu(float x) { return x; }"));
+  EXPECT_FALSE(fires("static const float kTable[4] = {1.f, 2.f, 3.f, 4.f};"));
+  EXPECT_FALSE(fires("static const int kBlock = 256;"));
+  EXPECT_FALSE(fires("static constexpr int kVec = 4;"));
+  EXPECT_FALSE(fires("constexpr int kThreads = 256;"));
+  EXPECT_FALSE(fires("__constant__ float c_scale[16];"));
+  EXPECT_FALSE(fires("static_assert(sizeof(float) == 4, \"float\");"));
+  EXPECT_FALSE(fires("auto n = static_cast<int>(x.numel());"));
+  // State: each of these must fire.
+  EXPECT_TRUE(fires("torch::Tensor f(torch::Tensor a) { static int calls = 0; ++calls; return a; }"));
+  EXPECT_TRUE(fires("static bool warm;"));
+  EXPECT_TRUE(fires("static unsigned long long n_calls = 0;"));
+  EXPECT_TRUE(fires("static std::atomic<int> counter{0};"));
+  EXPECT_TRUE(fires("static int64_t seen[8];"));
+  EXPECT_TRUE(fires("static float* last_out = nullptr;"));
+  EXPECT_TRUE(fires("static thread_local int depth = 0;"));
 }

@@ -1,0 +1,93 @@
+#include "cli/selftest_command.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "cli/run_options.h"
+#include "common/check.h"
+#include "common/fs.h"
+#include "eval/problem.h"
+#include "eval/selftest.h"
+
+namespace mc::cli {
+
+struct SelftestCommand::Impl {
+  CLI::App* cmd = nullptr;
+  RunOptions o;
+  std::string levels = "1,2,3";
+  std::string out_dir = "selftest";
+  int negatives = 3;  // problems per level that also get the negative controls
+  int limit = 0;      // problems per level (0: all)
+};
+
+SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
+  Impl& m = *impl_;
+  m.cmd = app.add_subcommand(
+      "selftest", "verify valid re-implementations of every problem (float64, another summation "
+                  "order, renamed parameters) and negative controls: no honest kernel may be rejected");
+  add_run_options(m.cmd, m.o);
+  m.cmd->add_option("--levels", m.levels, "comma-separated levels of a KernelBench checkout")
+      ->capture_default_str();
+  m.cmd->add_option("--out", m.out_dir, "folder for rows.jsonl, report.json and report.txt")
+      ->capture_default_str();
+  m.cmd->add_option("--negatives", m.negatives, "problems per level that also get the negative controls")
+      ->capture_default_str();
+  m.cmd->add_option("--limit", m.limit, "problems per level (0: all)")->capture_default_str();
+  m.cmd->add_option("--trial-timeout", m.o.cfg.trial_timeout_s, "cap in seconds per correctness trial")
+      ->capture_default_str();
+}
+
+SelftestCommand::~SelftestCommand() = default;
+
+std::optional<int> SelftestCommand::run() {
+  Impl& m = *impl_;
+  if (!*m.cmd) return std::nullopt;
+  std::vector<int> levels;
+  {
+    std::stringstream ss(m.levels);
+    for (std::string tok; std::getline(ss, tok, ',');) {
+      MC_CHECK(!tok.empty() && tok.find_first_not_of("0123456789") == std::string::npos,
+               "--levels takes comma-separated level numbers, got '", m.levels, "'");
+      levels.push_back(std::stoi(tok));
+    }
+  }
+  MC_CHECK(!levels.empty(), "--levels names no level");
+  // Verdicts on numerics alone: legality rules are off in this mode, and nothing is timed.
+  m.o.cfg.legality = false;
+  m.o.cfg.timing = false;
+  m.o.skip_static = true;
+  fs::create_directories(m.out_dir);
+  std::ofstream rows_out(fs::path(m.out_dir) / "rows.jsonl");
+  MC_CHECK(rows_out.good(), "cannot write ", m.out_dir, "/rows.jsonl");
+  auto ev = make_evaluator(m.o);
+  std::vector<eval::EvalResult> all;
+  std::vector<eval::SelftestLevel> timed;
+  for (int level : levels) {
+    auto problems = eval::load_problems(m.o.problems, level);
+    if (m.limit > 0 && static_cast<int>(problems.size()) > m.limit) problems.resize(m.limit);
+    auto cands = eval::selftest_candidates(problems, m.negatives);
+    fmt::print(stderr, "selftest: level {}: {} problems, {} candidates\n", level, problems.size(),
+               cands.size());
+    auto t0 = std::chrono::steady_clock::now();
+    auto rows = ev->run(cands, [&](const eval::EvalResult& r) {
+      rows_out << eval::to_json(r).dump() << "\n";
+      rows_out.flush();
+    });
+    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto& r : rows) r.level = r.level ? r.level : level;
+    timed.push_back({level, wall});
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  auto report = eval::selftest_report(all, timed);
+  std::string table = eval::selftest_table(report);
+  write_file_atomic(fs::path(m.out_dir) / "report.json", report.dump(2) + "\n");
+  write_file_atomic(fs::path(m.out_dir) / "report.txt", table);
+  fmt::print("{}", table);
+  return report["passed"].get<bool>() ? 0 : 1;
+}
+
+}  // namespace mc::cli

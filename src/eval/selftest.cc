@@ -1,0 +1,217 @@
+#include "eval/selftest.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "common/check.h"
+
+namespace mc::eval {
+
+namespace {
+
+// Shared by every variant: the reference module, kept as self.impl (so every parameter name
+// differs from the reference's), and float casts that leave integer tensors alone.
+constexpr const char* kPrelude = R"PY(# musacoder selftest candidate: {variant}
+import importlib.util
+
+import torch
+import torch.nn as nn
+
+_spec = importlib.util.spec_from_file_location("mc_selftest_reference", {path})
+_ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_ref)
+
+
+def _cast(v, dtype, device=None):
+    if isinstance(v, torch.Tensor):
+        if v.is_floating_point():
+            return v.to(device=device or v.device, dtype=dtype)
+        return v.to(device or v.device)
+    if isinstance(v, (list, tuple)):
+        return type(v)(_cast(x, dtype, device) for x in v)
+    return v
+
+
+def _floats(v, fn):
+    if isinstance(v, torch.Tensor):
+        return fn(v) if v.is_floating_point() else v
+    if isinstance(v, (list, tuple)):
+        return type(v)(_floats(x, fn) for x in v)
+    return v
+
+
+def _dtype(xs):
+    for x in xs:
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.dtype
+    return torch.get_default_dtype()
+
+
+class ModelNew(nn.Module):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+        self.impl = _ref.Model(*args, **kwargs)
+
+    def _call(self, xs, dtype, device=None):
+        state = {{n: _cast(t, dtype, device) for n, t in self.impl.state_dict(keep_vars=True).items()}}
+        return torch.func.functional_call(self.impl, state, tuple(_cast(list(xs), dtype, device)))
+
+    def forward(self, *xs):
+        dt = _dtype(xs)
+{body})PY";
+
+const std::map<std::string, std::string>& bodies() {
+  static const std::map<std::string, std::string> b = {
+      {"fp64", "        return _cast(self._call(xs, torch.float64), dt)\n"},
+      {"reorder",
+       "        dev = next((x.device for x in xs if isinstance(x, torch.Tensor)), torch.device('cpu'))\n"
+       "        size = sum(x.numel() * x.element_size() for x in xs if isinstance(x, torch.Tensor))\n"
+       "        if dev.type == 'cuda' and size <= (256 << 20):\n"
+       "            return _cast(self._call(xs, dt, torch.device('cpu')), dt, dev)\n"
+       "        if dev.type == 'cuda':\n"
+       "            with torch.backends.cudnn.flags(enabled=False):\n"
+       "                return self.impl(*xs)\n"
+       "        threads = torch.get_num_threads()\n"
+       "        torch.set_num_threads(1)\n"
+       "        try:\n"
+       "            return self.impl(*xs)\n"
+       "        finally:\n"
+       "            torch.set_num_threads(threads)\n"},
+      {"renamed", "        return self.impl(*xs)\n"},
+      {"constant", "        return _floats(self.impl(*xs), lambda o: torch.full_like(o, 0.5))\n"},
+      {"half", "        return _cast(self._call(xs, torch.float16), dt)\n"},
+      {"off_by_one",
+       "        return _floats(self.impl(*xs), lambda o: o.reshape(-1).roll(1).reshape(o.shape))\n"},
+  };
+  return b;
+}
+
+std::string py_string(const std::string& s) {
+  std::string out = "r'";
+  for (char c : s) {
+    MC_CHECK(c != '\'' && c != '\n', "problem path unusable in a selftest candidate: ", s);
+    out += c;
+  }
+  return out + "'";
+}
+
+}  // namespace
+
+bool selftest_is_negative(const std::string& variant) {
+  return std::find(kSelftestNegative.begin(), kSelftestNegative.end(), variant) !=
+         kSelftestNegative.end();
+}
+
+std::string selftest_source(const std::string& problem_path, const std::string& variant) {
+  auto it = bodies().find(variant);
+  MC_CHECK(it != bodies().end(), "unknown selftest variant '", variant, "'");
+  return fmt::format(fmt::runtime(kPrelude), fmt::arg("variant", variant),
+                     fmt::arg("path", py_string(problem_path)), fmt::arg("body", it->second));
+}
+
+std::vector<Candidate> selftest_candidates(const std::vector<ProblemPtr>& problems,
+                                           int negatives_per_level) {
+  std::vector<Candidate> out;
+  std::map<int, int> negatives;  // per level, so far
+  for (const auto& p : problems) {
+    std::vector<std::string> variants = kSelftestHonest;
+    if (negatives[p->level] < negatives_per_level) {
+      ++negatives[p->level];
+      variants.insert(variants.end(), kSelftestNegative.begin(), kSelftestNegative.end());
+    }
+    for (const auto& v : variants) {
+      Candidate c;
+      c.problem = p;
+      c.problem_ref = p->key;
+      c.sample_id = v;
+      c.answer = selftest_source(p->path, v);
+      c.origin = "selftest:" + v;
+      out.push_back(std::move(c));
+    }
+  }
+  return out;
+}
+
+nlohmann::json selftest_report(const std::vector<EvalResult>& rows,
+                               const std::vector<SelftestLevel>& levels) {
+  struct Acc {
+    std::set<std::string> problems;
+    int honest = 0, honest_ok = 0, infra = 0, negatives = 0, negatives_rejected = 0;
+    double peak = 0;
+    nlohmann::json rejected = nlohmann::json::array(), accepted_negatives = nlohmann::json::array(),
+                   infra_rows = nlohmann::json::array();
+  };
+  std::map<int, Acc> by_level;
+  for (const auto& r : rows) {
+    for (Acc* a : {&by_level[r.level], &by_level[-1]}) {
+      a->problems.insert(r.problem_key);
+      if (r.judge_details.is_object() && r.judge_details.contains("judge_peak_mem_bytes"))
+        a->peak = std::max(a->peak, r.judge_details["judge_peak_mem_bytes"].get<double>());
+      nlohmann::json what = {{"problem", r.problem_key}, {"variant", r.sample_id},
+                             {"verdict", to_string(r.verdict)},
+                             {"reason", r.is_infra() ? r.infra_error.substr(0, 300) : r.reason}};
+      if (r.is_infra()) {
+        ++a->infra;
+        a->infra_rows.push_back(what);
+      } else if (selftest_is_negative(r.sample_id)) {
+        ++a->negatives;
+        if (r.verdict != Verdict::kOk) ++a->negatives_rejected;
+        else a->accepted_negatives.push_back(what);
+      } else {
+        ++a->honest;
+        if (r.verdict == Verdict::kOk) ++a->honest_ok;
+        else a->rejected.push_back(what);
+      }
+    }
+  }
+  nlohmann::json out = {{"levels", nlohmann::json::array()}};
+  double total_wall = 0;
+  for (const auto& l : levels) total_wall += l.wall_s;
+  auto row = [&](int level, double wall) {
+    const Acc& a = by_level[level];
+    return nlohmann::json{{"level", level < 0 ? nlohmann::json("all") : nlohmann::json(level)},
+                          {"problems", a.problems.size()},
+                          {"honest_judged", a.honest},
+                          {"honest_accepted", a.honest_ok},
+                          {"honest_rejected", a.rejected},
+                          {"infra_errors", a.infra},
+                          {"infra", a.infra_rows},
+                          {"negatives", a.negatives},
+                          {"negatives_rejected", a.negatives_rejected},
+                          {"negatives_accepted", a.accepted_negatives},
+                          {"wall_s", wall},
+                          {"peak_judge_mem_gib", a.peak / (1 << 30)}};
+  };
+  for (const auto& l : levels) out["levels"].push_back(row(l.level, l.wall_s));
+  out["all"] = row(-1, total_wall);
+  out["passed"] = by_level[-1].rejected.empty() && by_level[-1].infra == 0 &&
+                  by_level[-1].accepted_negatives.empty();
+  return out;
+}
+
+std::string selftest_table(const nlohmann::json& report) {
+  std::string s = fmt::format("{:<6}{:>9}{:>18}{:>8}{:>15}{:>9}{:>10}\n", "level", "problems",
+                              "honest ok/judged", "infra", "negatives rej", "wall s", "peak GiB");
+  auto line = [&](const nlohmann::json& l) {
+    std::string lv = l["level"].is_string() ? l["level"].get<std::string>()
+                                            : std::to_string(l["level"].get<int>());
+    s += fmt::format("{:<6}{:>9}{:>18}{:>8}{:>15}{:>9.1f}{:>10.1f}\n", lv, l["problems"].get<int>(),
+                     fmt::format("{}/{}", l["honest_accepted"].get<int>(), l["honest_judged"].get<int>()),
+                     l["infra_errors"].get<int>(),
+                     fmt::format("{}/{}", l["negatives_rejected"].get<int>(), l["negatives"].get<int>()),
+                     l["wall_s"].get<double>(), l["peak_judge_mem_gib"].get<double>());
+  };
+  for (const auto& l : report["levels"]) line(l);
+  line(report["all"]);
+  for (const char* k : {"honest_rejected", "infra", "negatives_accepted"})
+    for (const auto& r : report["all"][k])
+      s += fmt::format("  {:<18} {:<34} {:<11} {:<15} {}\n", k, r["problem"].get<std::string>(),
+                       r["variant"].get<std::string>(), r["verdict"].get<std::string>(),
+                       r["reason"].get<std::string>().substr(0, 160));
+  s += report["passed"].get<bool>() ? "selftest: PASS\n" : "selftest: FAIL\n";
+  return s;
+}
+
+}  // namespace mc::eval
