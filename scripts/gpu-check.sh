@@ -2,13 +2,13 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite bench timing service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite selftest bench timing service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite bench timing service synth model genbench"}
+STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device-dist/musacoder ]; then BIN=$PWD/build-device-dist/musacoder
@@ -42,6 +42,17 @@ for stage in $STAGES; do
       fi ;;
     suite)
       python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
+    selftest)
+      # MooreEval against itself over KernelBench at its published sizes (carry the checkout in
+      # .kb/bench). Resumable: rows of an earlier slice, copied into .kb/selftest, are kept and
+      # only the missing candidates are judged (SELFTEST_TIMEOUT ends a slice cleanly).
+      if [ ! -d .kb/bench/KernelBench ]; then echo "selftest: no KernelBench in .kb/bench"; rc=1; continue; fi
+      mkdir -p "$OUT/selftest"
+      for f in rows.jsonl wall.json; do [ -f ".kb/selftest/$f" ] && cp ".kb/selftest/$f" "$OUT/selftest/"; done
+      # shellcheck disable=SC2086
+      timeout "${SELFTEST_TIMEOUT:-540}" "$BIN" selftest --problems .kb/bench --out "$OUT/selftest" \
+        --resume --no-progress ${SELFTEST_ARGS:---levels 1,2,3} > "$OUT/selftest.log" 2>&1 || rc=1
+      grep -v "^judge:" "$OUT/selftest.log" | tail -60 ;;
     bench)
       if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
     service)

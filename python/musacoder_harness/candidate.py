@@ -90,7 +90,7 @@ class Candidate:
             self.model = model
         self._reserve_poisoned_memory(int(msg.get("reserve_bytes", 0)))
         reply = {"op": "loaded", "compile_path": self.compile_path}
-        if self.model is not None:  # what parameter re-draws can reach (params.py)
+        if self.format != "native":  # what parameter re-draws can reach (params.py)
             from .params import tensor_specs
             reply["param_specs"] = [[n, list(s), d] for n, s, d in tensor_specs(self.model)]
         return reply

@@ -29,33 +29,46 @@ def seed_all(seed):
         torch.cuda.manual_seed_all(seed)
 
 
+CHUNK = 1 << 24  # elements transformed at once: no full-size temporaries at published sizes
+
+
 def make_inputs(problem, seed, variant, device, dtype):
     seed_all(seed)
     with torch.device(device):
         raw = problem.get_inputs()
     gen = torch.Generator(device=device).manual_seed(seed + 7919)
-    out = []
+    out, seen = [], set()
     for x in raw:
         if isinstance(x, torch.Tensor):
             x = x.to(device)
             if x.is_floating_point():
+                if variant != "native" and x.untyped_storage().data_ptr() in seen:
+                    x = x.clone()  # the same tensor twice: each input gets its own values
+                seen.add(x.untyped_storage().data_ptr())
                 x = _transform(x, variant, gen).to(dtype)
         out.append(x)
     return out
 
 
+@torch.no_grad()
 def _transform(x, variant, gen):
+    """The variant's values, written over x chunk by chunk (x is the problem's fresh input)."""
     if variant == "native":
         return x
-    noise = torch.randn(x.shape, generator=gen, device=x.device, dtype=torch.float32)
-    if variant == "signed":
-        return noise.to(x.dtype)
-    if variant == "scaled":
-        return (noise * 10.0 + 3.0).to(x.dtype)
-    if variant == "outliers":
-        mask = torch.rand(x.shape, generator=gen, device=x.device) < 0.01
-        return torch.where(mask, noise * 100.0, noise).to(x.dtype)
-    raise ValueError(variant)
+    if variant not in ("signed", "scaled", "outliers"):
+        raise ValueError(variant)
+    x = x.contiguous()
+    flat = x.view(-1)
+    for s in range(0, flat.numel(), CHUNK):
+        part = flat[s:s + CHUNK]
+        noise = torch.randn(part.shape, generator=gen, device=x.device, dtype=torch.float32)
+        if variant == "scaled":
+            noise.mul_(10.0).add_(3.0)
+        elif variant == "outliers":
+            mask = torch.rand(part.shape, generator=gen, device=x.device) < 0.01
+            noise = torch.where(mask, noise * 100.0, noise)
+        part.copy_(noise)
+    return x
 
 
 @torch.no_grad()

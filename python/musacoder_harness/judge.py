@@ -37,19 +37,33 @@ class Verdict(Exception):
         self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
 
 
-def same_values(x, snap):
-    """Whether x still holds the values of its snapshot (NaN equal to NaN), chunk by chunk
-    where the snapshot lives in host memory."""
+def all_finite(t, step=1 << 24):
+    """torch.isfinite(t).all(), chunk by chunk (no full-size mask at published sizes)."""
     import torch
-    if x.shape != snap.shape or x.dtype != snap.dtype:
-        return False
-    xf, sf = x.reshape(-1), snap.reshape(-1)
-    step = 1 << 26
-    for s in range(0, xf.numel(), step):
-        a, b = xf[s:s + step], sf[s:s + step].to(xf.device)
-        if not torch.equal(torch.nan_to_num(a), torch.nan_to_num(b)):
-            return False
-    return True
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[s:s + step]).all()) for s in range(0, flat.numel(), step))
+
+
+def fingerprint(x, salt):
+    """A salted, position-weighted sum of x's bits (int64, wrapping), chunk by chunk: equal for
+    unchanged contents; a change that keeps it equal would have to know the salt, which the
+    judge draws anew for every trial and never shares. Replaces a full copy of every input
+    (6 GB and more at KernelBench's published sizes)."""
+    import torch
+    if not isinstance(x, torch.Tensor):
+        return x
+    views = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    flat = x.detach().contiguous().reshape(-1)
+    bits = flat.view(views[flat.element_size()]) if flat.numel() else flat
+    acc = torch.zeros((), dtype=torch.int64, device=x.device)
+    step = 1 << 24
+    mult = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
+    for s in range(0, bits.numel(), step):
+        idx = torch.arange(s, min(s + step, bits.numel()), device=x.device, dtype=torch.int64)
+        w = (idx + salt) * mult
+        w = w ^ (w >> 29)
+        acc += (bits[s:s + step].to(torch.int64) * w).sum()
+    return (tuple(x.shape), x.dtype, int(acc))
 
 
 def start_zygote(args):
@@ -199,7 +213,7 @@ class Judge:
         inputs = make_inputs(prob, tseed, variant, self.device, dtype)
         with torch.no_grad():
             ref = model(*inputs)
-        if variant != "native" and not all(bool(torch.isfinite(r).all()) for r in flatten_outputs(ref)
+        if variant != "native" and not all(all_finite(r) for r in flatten_outputs(ref)
                                            if r.is_floating_point()):
             variant = "native"
             inputs = make_inputs(prob, tseed, variant, self.device, dtype)
@@ -218,7 +232,13 @@ class Judge:
         try:
             res = self._evaluate(req)
         except (torch.OutOfMemoryError, MemoryError) as e:
-            why = f"{type(e).__name__}: {str(e)[:300]}"
+            where = " < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
+                               for f in reversed(traceback.extract_tb(e.__traceback__)[-4:]))
+            why = f"{type(e).__name__} at {where}: {str(e)[:240]}"
+            if self.cuda:
+                free, total = torch.cuda.mem_get_info(self.device)
+                why += (f" [judge allocated {torch.cuda.memory_allocated(self.device) / 2**30:.1f} GiB,"
+                        f" device free {free / 2**30:.1f} of {total / 2**30:.1f} GiB]")
         else:
             if self.cuda:
                 res["judge_peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
@@ -226,6 +246,13 @@ class Judge:
         self.recover_memory()  # outside the except block: its traceback held the tensors
         raise Infra(f"the judge ran out of memory on {os.path.basename(req.get('problem_path', ''))}"
                     f" ({why}); nothing was scored, the judge goes on", out_of_memory=True)
+
+    def judge_holds_much_memory(self):
+        """Whether the judge itself holds a quarter of the device or more."""
+        if not self.cuda:
+            return False
+        _, total = self.torch.cuda.mem_get_info(self.device)
+        return self.torch.cuda.memory_allocated(self.device) * 4 >= total
 
     def recover_memory(self):
         import gc
@@ -255,37 +282,43 @@ class Judge:
             return plan
         free, _ = torch.cuda.mem_get_info(self.device)
         plan["free_bytes"] = int(free)
-        # Per trial the judge holds: inputs, the reference output, and a share of working
-        # memory; the candidate: its outputs and its reserve of poisoned memory.
-        budget = free - 2 * (in_b + out_b) - (2 << 30)
-        reserve = min(2 * out_b, max(0, budget // 4)) + (64 << 20)
-        budget -= reserve + out_b
-        plan["candidate_reserve_bytes"] = int(reserve)
-        plan["snapshots"] = "device" if budget > 2 * (in_b + out_b) else "host"
-        if plan["snapshots"] == "device":
-            budget -= in_b + out_b
-        # float64 copies of inputs, parameters and outputs, and its forward's intermediates.
-        truth_b = 2 * (in_b + par_b) + 6 * out_b
-        plan["truth"] = "device" if budget > truth_b else "host"
-        per_set = in_b + 2 * out_b
-        plan["timing_sets"] = int(max(1, min(8, (free - (4 << 30)) // max(1, 2 * per_set))))
+        margin = (2 << 30) + free // 20  # library workspaces, fragmentation
+        held = in_b + out_b  # the judge's inputs and reference output of a trial
+        # The float64 reference, while it is computed (before the candidate runs): float64
+        # inputs, parameters and outputs, and its forward's intermediates.
+        truth_peak = 2 * (in_b + par_b) + 3 * out_b
+        plan["truth"] = "device" if free > held + truth_peak + margin else "host"
+        # While the candidate runs: its outputs and its reserve of poisoned memory (fresh
+        # allocations read NaN), then the judge's snapshots of inputs and outputs and the
+        # rounded float64 reference.
+        # Poisoned memory the candidate reserves so its fresh allocations read NaN: twice its
+        # outputs, but at most a tenth of the device (published sizes: the candidate needs the
+        # room for its own work).
+        reserve = min(2 * out_b, free // 10)
+        plan["candidate_reserve_bytes"] = int(reserve + (64 << 20))
+        # The judge's copy of the candidate's outputs and the rounded float64 reference.
+        during = held + out_b + reserve + 2 * out_b
+        plan["snapshots"] = "device" if free > during + margin else "host"
+        per_set = in_b + 2 * out_b  # a timing set, its reference output, the candidate's
+        plan["timing_sets"] = int(max(1, min(8, (free - margin) // max(1, per_set))))
         return plan
 
     def snapshot(self, x, plan):
-        """A private copy the candidate cannot reach: on the device, or in host memory when
-        the plan says the device cannot hold it."""
+        """A private copy of a candidate's output, which it cannot reach: on the device, or in
+        host memory when the plan says the device cannot hold it."""
         if not isinstance(x, self.torch.Tensor):
             return x
         if plan.get("snapshots") == "host" and x.is_cuda:
             return x.to("cpu")
         return x.clone()
 
-    def truth_run(self, ref_model, inputs, plan, res):
+    def truth_run(self, ref_model, inputs, ref, plan, res):
         """The trial's reference in float64 (same parameters, same inputs): the yardstick of
         compare_outputs. On the host where the plan says so or the device runs out of memory;
         None (recorded) where neither can: the comparison is then against PyTorch's result
         with the plain tolerance."""
         import copy
+        from .compare import reference_truth
         torch = self.torch
         places = ["device", "host"] if plan.get("truth") == "device" else ["host"]
         for place in places:
@@ -296,8 +329,10 @@ class Judge:
                     x64 = [x.to(dev, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
                            else x.to(dev) if isinstance(x, torch.Tensor) else x for x in inputs]
                     out = m64(*x64)
+                    del m64, x64
+                    summary = reference_truth(ref, out)
                 res.setdefault("truth_on", []).append(place)
-                return out
+                return summary
             except (torch.OutOfMemoryError, MemoryError):
                 m64 = x64 = None
                 if self.cuda:
@@ -371,6 +406,10 @@ class Judge:
             t_stage = now
         if len(self.dying) > 2 or self.memory_held_by_dying():
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
+        if self.cuda and torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > (1 << 30):
+            # Blocks the judge's allocator kept from earlier candidates are free to the judge
+            # alone: given back, so the memory plan and this candidate see them as free.
+            torch.cuda.empty_cache()
         cand = self.take_candidate()
         share = cand.scratch
         lap("take")
@@ -426,14 +465,20 @@ class Judge:
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
                 t_part = part("reference", t_part)
-                truth = self.truth_run(ref_model, inputs, plan, res)
+                truth = self.truth_run(ref_model, inputs, ref, plan, res)
                 t_part = part("truth", t_part)
                 shared = [share_value(x, share) for x in inputs]
                 inputs = [v for _, v in shared]  # what the candidate sees (and could write)
-                before = [self.snapshot(x, plan) for x in inputs]
+                salt = int.from_bytes(os.urandom(7), "little")
+                before = [fingerprint(x, salt) for x in inputs]
                 msg = {"op": "run", "inputs": [d for d, _ in shared],
                        "monitor": t == 0, "allow": allow, "params": redraw}
                 res["trials_total"] = t + 1
+                if self.cuda and torch.cuda.memory_reserved(self.device) - \
+                        torch.cuda.memory_allocated(self.device) > (1 << 30):
+                    # What the float64 reference and the input variants left in the judge's
+                    # allocator goes back to the device, where the candidate can use it.
+                    torch.cuda.empty_cache()
                 limit = self.trial_limit(req, ref_s, first=(t == 0))
                 limits.append(round(limit, 2))
                 t_part = part("share", t_part)
@@ -444,6 +489,8 @@ class Judge:
                         parts["cand_" + str(k)[:20]] = parts.get("cand_" + str(k)[:20], 0.0) + float(v)
                 try:
                     outs = [self.snapshot(open_tensor(d, share), plan) for d in rep.get("outputs", [])]
+                except torch.OutOfMemoryError:
+                    raise  # the judge's own memory: an infra error (evaluate), never a verdict
                 except Exception as e:
                     raise Verdict("runtime_error", f"unreadable outputs: {e}")
                 finally:
@@ -452,7 +499,7 @@ class Judge:
                     torch.cuda.synchronize()
                 t_part = part("outputs", t_part)
                 for x, b in zip(inputs, before):
-                    if isinstance(x, torch.Tensor) and not same_values(x, b):
+                    if isinstance(x, torch.Tensor) and fingerprint(x, salt) != b:
                         raise Verdict("illegal", "the candidate modified its inputs",
                                       "input_mutation")
                 if t == 0 and req.get("legality", True):
@@ -528,6 +575,12 @@ class Judge:
                           runtime_error=e.log_tail[-3000:])
         if rep.get("op") == "error":
             verdict = "load_error" if stage == "load" else "runtime_error"
+            if "out of memory" in str(rep.get("error", "")) and self.judge_holds_much_memory():
+                # Published sizes: the candidate ran short of device memory while the judge held
+                # a large share of it. That is the verifier's doing, not the candidate's.
+                raise Infra(f"the candidate ran out of device memory during {stage} while the "
+                            f"judge held {self.torch.cuda.memory_allocated(self.device) / 2**30:.1f} "
+                            f"GiB: {str(rep.get('error', ''))[:200]}")
             raise Verdict(verdict, f"{stage} raised {rep.get('error', '')[:300]}",
                           runtime_error=(rep.get("traceback") or rep.get("error", ""))[-3000:])
         return rep

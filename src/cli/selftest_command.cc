@@ -10,10 +10,13 @@
 #include "cli/run_options.h"
 #include "common/check.h"
 #include "common/fs.h"
+#include "eval/candidates.h"
 #include "eval/problem.h"
 #include "eval/selftest.h"
 
 namespace mc::cli {
+
+using eval::Candidate;
 
 struct SelftestCommand::Impl {
   CLI::App* cmd = nullptr;
@@ -22,6 +25,7 @@ struct SelftestCommand::Impl {
   std::string out_dir = "selftest";
   int negatives = 3;  // problems per level that also get the negative controls
   int limit = 0;      // problems per level (0: all)
+  bool resume = false;  // keep the rows already in --out, judge only what is missing
 };
 
 SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -37,6 +41,9 @@ SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()
   m.cmd->add_option("--negatives", m.negatives, "problems per level that also get the negative controls")
       ->capture_default_str();
   m.cmd->add_option("--limit", m.limit, "problems per level (0: all)")->capture_default_str();
+  m.cmd->add_flag("--resume", m.resume,
+                  "keep the rows already in --out and judge only the candidates they lack (runs "
+                  "split over several slices of GPU time)");
   m.cmd->add_option("--trial-timeout", m.o.cfg.trial_timeout_s, "cap in seconds per correctness trial")
       ->capture_default_str();
 }
@@ -61,25 +68,56 @@ std::optional<int> SelftestCommand::run() {
   m.o.cfg.timing = false;
   m.o.skip_static = true;
   fs::create_directories(m.out_dir);
-  std::ofstream rows_out(fs::path(m.out_dir) / "rows.jsonl");
-  MC_CHECK(rows_out.good(), "cannot write ", m.out_dir, "/rows.jsonl");
-  auto ev = make_evaluator(m.o);
+  const fs::path rows_path = fs::path(m.out_dir) / "rows.jsonl";
+  const fs::path wall_path = fs::path(m.out_dir) / "wall.json";
   std::vector<eval::EvalResult> all;
+  std::set<std::pair<std::string, std::string>> done;  // (problem key, variant)
+  nlohmann::json wall_so_far = nlohmann::json::object();  // seconds per level over every slice
+  if (m.resume && fs::exists(rows_path)) {
+    std::ifstream in(rows_path);
+    int lineno = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++lineno;
+      if (line.empty()) continue;
+      try {
+        auto r = eval::result_from_json(nlohmann::json::parse(line));
+        if (r.is_infra()) continue;  // judged again: an infra error is never a verdict
+        done.insert({r.problem_key, r.sample_id});
+        all.push_back(std::move(r));
+      } catch (const std::exception& e) {  // a row cut short by a killed run
+        fmt::print(stderr, "selftest: {}:{} skipped ({})\n", rows_path.string(), lineno, e.what());
+      }
+    }
+    if (fs::exists(wall_path)) wall_so_far = nlohmann::json::parse(read_file(wall_path));
+    fmt::print(stderr, "selftest: resuming with {} rows already judged\n", all.size());
+  }
+  {  // rewrite without the infra rows and cut lines, so the file holds one row per candidate
+    std::string kept;
+    for (const auto& r : all) kept += eval::to_json(r).dump() + "\n";
+    write_file_atomic(rows_path, kept);
+  }
+  std::ofstream rows_out(rows_path, std::ios::app);
+  MC_CHECK(rows_out.good(), "cannot write ", rows_path.string());
+  auto ev = make_evaluator(m.o);
   std::vector<eval::SelftestLevel> timed;
   for (int level : levels) {
     auto problems = eval::load_problems(m.o.problems, level);
     if (m.limit > 0 && static_cast<int>(problems.size()) > m.limit) problems.resize(m.limit);
-    auto cands = eval::selftest_candidates(problems, m.negatives);
-    fmt::print(stderr, "selftest: level {}: {} problems, {} candidates\n", level, problems.size(),
-               cands.size());
+    std::vector<Candidate> cands;
+    for (auto& c : eval::selftest_candidates(problems, m.negatives))
+      if (!done.count({c.problem->key, c.sample_id})) cands.push_back(std::move(c));
+    fmt::print(stderr, "selftest: level {}: {} problems, {} candidates to judge\n", level,
+               problems.size(), cands.size());
     auto t0 = std::chrono::steady_clock::now();
     auto rows = ev->run(cands, [&](const eval::EvalResult& r) {
       rows_out << eval::to_json(r).dump() << "\n";
       rows_out.flush();
     });
     double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    for (auto& r : rows) r.level = r.level ? r.level : level;
-    timed.push_back({level, wall});
+    std::string key = std::to_string(level);
+    wall_so_far[key] = wall_so_far.value(key, 0.0) + wall;
+    write_file_atomic(wall_path, wall_so_far.dump() + "\n");
+    timed.push_back({level, wall_so_far[key].get<double>()});
     all.insert(all.end(), rows.begin(), rows.end());
   }
   auto report = eval::selftest_report(all, timed);

@@ -240,4 +240,12 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
     EXPECT_FALSE(row["judge_details"]["param_redraw"]["skipped"].get<bool>());
   }
   EXPECT_TRUE(seen);
+  // --resume judges only what is missing: here nothing, and the report is the same.
+  o.argv.push_back("--resume");
+  r = mc::run_command(o, 600000);
+  ASSERT_TRUE(r.status.ok()) << r.out << r.err;
+  EXPECT_NE(r.err.find("0 candidates to judge"), std::string::npos) << r.err;
+  auto again = nlohmann::json::parse(mc::read_file(out + "/report.json"));
+  EXPECT_EQ(again["all"]["honest_accepted"], all["honest_accepted"]);
+  EXPECT_EQ(again["all"]["negatives_rejected"], all["negatives_rejected"]);
 }
