@@ -320,26 +320,27 @@ class Judge:
         import copy
         from .compare import reference_truth
         torch = self.torch
+
+        def on(dev):  # its float64 temporaries die with this frame
+            with torch.no_grad():
+                m64 = copy.deepcopy(ref_model).to(dev, torch.float64)
+                x64 = [x.to(dev, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
+                       else x.to(dev) if isinstance(x, torch.Tensor) else x for x in inputs]
+                return reference_truth(ref, m64(*x64))
         places = ["device", "host"] if plan.get("truth") == "device" else ["host"]
         for place in places:
-            dev = self.device if place == "device" else torch.device("cpu")
             try:
-                with torch.no_grad():
-                    m64 = copy.deepcopy(ref_model).to(dev, torch.float64)
-                    x64 = [x.to(dev, torch.float64) if isinstance(x, torch.Tensor) and x.is_floating_point()
-                           else x.to(dev) if isinstance(x, torch.Tensor) else x for x in inputs]
-                    out = m64(*x64)
-                    del m64, x64
-                    summary = reference_truth(ref, out)
-                res.setdefault("truth_on", []).append(place)
-                return summary
+                summary = on(self.device if place == "device" else torch.device("cpu"))
             except (torch.OutOfMemoryError, MemoryError):
-                m64 = x64 = None
-                if self.cuda:
-                    torch.cuda.empty_cache()
+                summary = "oom"
             except Exception as e:  # an op without a float64 kernel: compare as before
                 res.setdefault("truth_on", []).append(f"none ({type(e).__name__}: {str(e)[:120]})")
                 return None
+            if summary != "oom":
+                res.setdefault("truth_on", []).append(place)
+                return summary
+            if self.cuda:
+                torch.cuda.empty_cache()
         res.setdefault("truth_on", []).append("none (out of memory)")
         return None
 
