@@ -118,6 +118,12 @@ def _chunks(*tensors):
         yield s, [f[s:s + CHUNK].to(dev, torch.float64) for f in flat]
 
 
+def all_finite(t):
+    """torch.isfinite(t).all(), chunk by chunk (no full-size mask at published sizes)."""
+    flat = t.reshape(-1)
+    return all(bool(torch.isfinite(flat[s:s + CHUNK]).all()) for s in range(0, flat.numel(), CHUNK))
+
+
 def _torch_error(r, t):
     """(max, 2-norm) of |PyTorch's result - the float64 reference| over finite elements."""
     mx, sq = 0.0, 0.0

@@ -37,32 +37,25 @@ class Verdict(Exception):
         self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
 
 
-def all_finite(t, step=1 << 24):
-    """torch.isfinite(t).all(), chunk by chunk (no full-size mask at published sizes)."""
-    import torch
-    flat = t.reshape(-1)
-    return all(bool(torch.isfinite(flat[s:s + step]).all()) for s in range(0, flat.numel(), step))
-
-
 def fingerprint(x, salt):
     """A salted, position-weighted sum of x's bits (int64, wrapping), chunk by chunk: equal for
     unchanged contents; a change that keeps it equal would have to know the salt, which the
     judge draws anew for every trial and never shares. Replaces a full copy of every input
     (6 GB and more at KernelBench's published sizes)."""
     import torch
+    from .compare import CHUNK
     if not isinstance(x, torch.Tensor):
         return x
     views = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     flat = x.detach().contiguous().reshape(-1)
     bits = flat.view(views[flat.element_size()]) if flat.numel() else flat
     acc = torch.zeros((), dtype=torch.int64, device=x.device)
-    step = 1 << 24
     mult = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
-    for s in range(0, bits.numel(), step):
-        idx = torch.arange(s, min(s + step, bits.numel()), device=x.device, dtype=torch.int64)
+    for s in range(0, bits.numel(), CHUNK):
+        idx = torch.arange(s, min(s + CHUNK, bits.numel()), device=x.device, dtype=torch.int64)
         w = (idx + salt) * mult
         w = w ^ (w >> 29)
-        acc += (bits[s:s + step].to(torch.int64) * w).sum()
+        acc += (bits[s:s + CHUNK].to(torch.int64) * w).sum()
     return (tuple(x.shape), x.dtype, int(acc))
 
 
@@ -207,7 +200,7 @@ class Judge:
         """One trial's inputs and reference outputs. Where the variant makes the reference
         non-finite (log of negatives...), the problem's domain excludes it: native inputs
         instead. Returns (inputs, outputs, variant used)."""
-        from .compare import flatten_outputs
+        from .compare import all_finite, flatten_outputs
         from .inputs import make_inputs
         torch = self.torch
         inputs = make_inputs(prob, tseed, variant, self.device, dtype)
@@ -254,6 +247,14 @@ class Judge:
         _, total = self.torch.cuda.mem_get_info(self.device)
         return self.torch.cuda.memory_allocated(self.device) * 4 >= total
 
+    def release_cached_memory(self, above=1 << 30):
+        """Blocks the judge's allocator keeps cached are free to the judge alone: above `above`
+        bytes they go back to the device, where the memory plan and the candidate see them."""
+        torch = self.torch
+        if self.cuda and torch.cuda.memory_reserved(self.device) - \
+                torch.cuda.memory_allocated(self.device) > above:
+            torch.cuda.empty_cache()
+
     def recover_memory(self):
         import gc
         gc.collect()
@@ -265,9 +266,10 @@ class Judge:
     # ---- memory, numerics, limits -------------------------------------------------------------
     def memory_plan(self, inputs, outputs, model):
         """Where the large per-trial tensors live, from the problem's footprint and the free
-        device memory: the input snapshots (mutation check), the candidate's output copies and
-        the float64 reference go to host memory when the device cannot hold them; timing keeps
-        as many input sets (each with its reference output) as fit."""
+        device memory: the judge's copies of the candidate's outputs ("snapshots") and the
+        float64 reference go to host memory when the device cannot hold them; the candidate's
+        poisoned reserve is sized; timing keeps as many input sets (each with its reference
+        output) as fit."""
         from .compare import flatten_outputs
         torch = self.torch
 
@@ -288,15 +290,13 @@ class Judge:
         # inputs, parameters and outputs, and its forward's intermediates.
         truth_peak = 2 * (in_b + par_b) + 3 * out_b
         plan["truth"] = "device" if free > held + truth_peak + margin else "host"
-        # While the candidate runs: its outputs and its reserve of poisoned memory (fresh
-        # allocations read NaN), then the judge's snapshots of inputs and outputs and the
-        # rounded float64 reference.
         # Poisoned memory the candidate reserves so its fresh allocations read NaN: twice its
         # outputs, but at most a tenth of the device (published sizes: the candidate needs the
         # room for its own work).
         reserve = min(2 * out_b, free // 10)
         plan["candidate_reserve_bytes"] = int(reserve + (64 << 20))
-        # The judge's copy of the candidate's outputs and the rounded float64 reference.
+        # While the candidate runs: its outputs and reserve, then the judge's copy of those
+        # outputs and the rounded float64 reference.
         during = held + out_b + reserve + 2 * out_b
         plan["snapshots"] = "device" if free > during + margin else "host"
         per_set = in_b + 2 * out_b  # a timing set, its reference output, the candidate's
@@ -407,10 +407,7 @@ class Judge:
             t_stage = now
         if len(self.dying) > 2 or self.memory_held_by_dying():
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
-        if self.cuda and torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > (1 << 30):
-            # Blocks the judge's allocator kept from earlier candidates are free to the judge
-            # alone: given back, so the memory plan and this candidate see them as free.
-            torch.cuda.empty_cache()
+        self.release_cached_memory()  # earlier candidates' blocks: free for the plan and this one
         cand = self.take_candidate()
         share = cand.scratch
         lap("take")
@@ -475,11 +472,7 @@ class Judge:
                 msg = {"op": "run", "inputs": [d for d, _ in shared],
                        "monitor": t == 0, "allow": allow, "params": redraw}
                 res["trials_total"] = t + 1
-                if self.cuda and torch.cuda.memory_reserved(self.device) - \
-                        torch.cuda.memory_allocated(self.device) > (1 << 30):
-                    # What the float64 reference and the input variants left in the judge's
-                    # allocator goes back to the device, where the candidate can use it.
-                    torch.cuda.empty_cache()
+                self.release_cached_memory()  # what the float64 reference and the variants left
                 limit = self.trial_limit(req, ref_s, first=(t == 0))
                 limits.append(round(limit, 2))
                 t_part = part("share", t_part)
