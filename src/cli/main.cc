@@ -171,7 +171,7 @@ int sandbox_main(int argc, char** argv) {
 
 // The policy-model commands run in musacoder-model (next to this binary), the only executable
 // that loads libtorch.
-const char* const kModelCommands[] = {"generate", "score", "convert", "serve-model"};
+const char* const kModelCommands[] = {"generate", "score", "convert", "serve-model", "train"};
 
 int model_main(int argc, char** argv) {
   std::string exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
@@ -195,7 +195,8 @@ int main(int argc, char** argv) {
       "  generate                    sample completions from a Qwen2/Qwen3 model (JSONL with tokens, text, log-probs)\n"
       "  score                       per-token log-probs of given sequences (what RL ratios need)\n"
       "  convert                     re-save a model directory (dtype, shards) in Hugging Face format\n"
-      "  serve-model                 OpenAI-compatible /v1/completions and /v1/chat/completions");
+      "  serve-model                 OpenAI-compatible /v1/completions and /v1/chat/completions\n"
+      "  train sft                   supervised fine-tuning (one GPU, or many under torchrun / SLURM)");
   app.require_subcommand(1);
 
   RunOptions eval_opts;

@@ -19,6 +19,7 @@
 #include "common/progress.h"
 #include "generate/engine.h"
 #include "generate/openai_server.h"
+#include "model/device.h"
 #include "model/qwen_model.h"
 #include "model/safetensors.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -27,6 +28,9 @@
 namespace mc::cli {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
+using model::parse_device;
+using model::parse_dtype;
+using model::peak_memory_gib;
 
 namespace {
 
@@ -38,23 +42,6 @@ struct ModelArgs {
     cmd->add_option("--dtype", dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp16 or fp32")->capture_default_str();
   }
 };
-
-c10::Device parse_device(const std::string& s) {
-  bool cuda = at::globalContext().hasCUDA();
-  if (s == "auto") return cuda ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
-  if (s == "cpu") return c10::Device(c10::kCPU);
-  MC_CHECK(s == "cuda" || s.rfind("cuda:", 0) == 0, "--device must be auto, cpu, cuda or cuda:N, got \"", s, "\"");
-  MC_CHECK(cuda, "--device ", s, ": no CUDA device is available here");
-  return c10::Device(s == "cuda" ? "cuda:0" : s);
-}
-
-c10::ScalarType parse_dtype(const std::string& s) {
-  if (s == "auto") return c10::ScalarType::Undefined;
-  if (s == "bf16" || s == "bfloat16") return at::kBFloat16;
-  if (s == "fp16" || s == "float16") return at::kHalf;
-  if (s == "fp32" || s == "float32") return at::kFloat;
-  throw Error(str_cat("--dtype must be auto, bf16, fp16 or fp32, got \"", s, "\""));
-}
 
 std::optional<tok::BpeTokenizer> load_tokenizer(const std::string& dir) {
   auto path = fs::path(dir) / "tokenizer.json";
@@ -81,18 +68,6 @@ std::vector<json> read_jsonl(const std::string& path) {
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
-// Peak GPU memory of this process (allocated, reserved) in GiB; nullopt on the CPU.
-std::optional<std::pair<double, double>> peak_memory_gib(c10::Device d) {
-#ifdef MUSACODER_CUDA
-  if (d.is_cuda()) {
-    auto st = c10::cuda::CUDACachingAllocator::getDeviceStats(d.index());
-    auto agg = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
-    return std::make_pair(st.allocated_bytes[agg].peak / 1073741824.0, st.reserved_bytes[agg].peak / 1073741824.0);
-  }
-#endif
-  return std::nullopt;
-}
 
 }  // namespace
 

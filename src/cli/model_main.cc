@@ -1,15 +1,17 @@
-// musacoder-model: the policy-model commands (generate, score, convert, serve-model), the only
+// musacoder-model: the policy-model commands (generate, score, convert, serve-model, train), the only
 // executable that links libtorch. Users run them as `musacoder COMMAND`, which hands over here.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
 #include "cli/model_commands.h"
+#include "cli/train_commands.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"MusaCoder policy-model commands"};
   app.name("musacoder");
   app.require_subcommand(1);
   mc::cli::ModelCommands cmds(app);
+  mc::cli::TrainCommands train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -17,6 +19,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (auto rc = cmds.run()) return *rc;
+    if (auto rc = train.run()) return *rc;
   } catch (const std::exception& e) {
     fmt::print(stderr, "musacoder: error: {}\n", e.what());
     return 2;

@@ -8,13 +8,14 @@
 #include "common/check.h"
 #include "common/progress.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "train/dataset.h"
 
 namespace mc::cli {
 
 struct TokenizeCommand::Impl {
   CLI::App* cmd = nullptr;
   std::string tokenizer, input, output;
-  bool decode = false, no_progress = false;
+  bool decode = false, training = false, no_progress = false;
 };
 
 TokenizeCommand::TokenizeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -24,6 +25,9 @@ TokenizeCommand::TokenizeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()
   m.cmd->add_option("--input", m.input, "JSONL, one {\"text\": ...} per line ({\"ids\": [...]} with --decode)")->required();
   m.cmd->add_option("--output", m.output, "JSONL, one {\"ids\": [...]} per line ({\"text\": ...} with --decode)")->required();
   m.cmd->add_flag("--decode", m.decode, "ids to text instead");
+  m.cmd->add_flag("--training", m.training,
+                  "training rows ({messages}, {prompt, completion} or {text}) to {\"ids\", \"loss_mask\"}, rendered as "
+                  "`musacoder train` renders them");
   m.cmd->add_flag("--no-progress", m.no_progress, "no progress bar");
 }
 
@@ -47,7 +51,16 @@ std::optional<int> TokenizeCommand::run() {
     } catch (const std::exception& e) {
       throw Error(fmt::format("{}:{}: not JSON: {}", m.input, i + 1, e.what()));
     }
-    if (m.decode) {
+    if (m.training) {
+      train::Example ex;
+      try {
+        ex = train::render_row(lines[i], tok);
+      } catch (const Error& e) {
+        throw Error(fmt::format("{}:{}: {}", m.input, i + 1, e.what()));
+      }
+      tokens += ex.tokens.size();
+      out += nlohmann::json{{"ids", ex.tokens}, {"loss_mask", ex.loss_mask}}.dump() + "\n";
+    } else if (m.decode) {
       MC_CHECK(j.contains("ids") && j["ids"].is_array(), m.input, ":", i + 1, ": no \"ids\" array");
       out += nlohmann::json{{"text", tok.decode(j["ids"].get<std::vector<int32_t>>())}}.dump() + "\n";
     } else {

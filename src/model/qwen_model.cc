@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
 
 #include "common/check.h"
 #include "model/safetensors.h"
@@ -77,6 +79,40 @@ at::Tensor rotate_half(const at::Tensor& x) {
   int64_t h = x.size(-1) / 2;
   return at::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
 }
+
+// Activation checkpointing of one layer: the forward runs without a graph and keeps only the
+// layer's input; backward runs the layer again with autograd on and differentiates it. The
+// recomputation differentiates detached aliases of the parameters (same storage, no hooks):
+// their gradients leave through this node's outputs and reach the real leaves once, so
+// gradient hooks (the optimizer's bucketed reduction) see each gradient exactly once.
+struct LayerRun : torch::CustomClassHolder {
+  std::function<at::Tensor(const at::Tensor&, const std::vector<at::Tensor>&)> run;
+  std::vector<at::Tensor> params;
+};
+
+struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& x, c10::intrusive_ptr<LayerRun> layer,
+                            at::TensorList params) {
+    ctx->save_for_backward({x});
+    ctx->saved_data["layer"] = c10::IValue::make_capsule(layer);
+    return layer->run(x, layer->params);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    auto x = ctx->get_saved_variables()[0].detach().requires_grad_(true);
+    auto layer = c10::static_intrusive_pointer_cast<LayerRun>(ctx->saved_data["layer"].toCapsule());
+    std::vector<at::Tensor> wrt{x};
+    for (const auto& p : layer->params) wrt.push_back(p.detach().requires_grad_(true));
+    at::Tensor out;
+    {
+      at::AutoGradMode on(true);
+      out = layer->run(x, std::vector<at::Tensor>(wrt.begin() + 1, wrt.end()));
+    }
+    auto g = torch::autograd::grad({out}, wrt, {grad[0]}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    torch::autograd::variable_list result{g[0], at::Tensor()};
+    result.insert(result.end(), g.begin() + 1, g.end());
+    return result;
+  }
+};
 
 }  // namespace
 
@@ -205,6 +241,68 @@ at::Tensor QwenModel::hidden_states(const at::Tensor& ids) const {
   auto ids_d = ids.to(device(), at::kLong);
   auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
   return run_layers(at::embedding(embed_, ids_d), positions, nullptr, nullptr, nullptr);
+}
+
+at::Tensor QwenModel::packed_layer(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                                   const PackedTokens& p, const at::Tensor& mask) const {
+  auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);  // [N, heads, D]
+  at::Tensor o;
+  if (!mask.defined()) {
+    // Variable-length flash attention: sequences are the cu_seqlens ranges, GQA native.
+    o = std::get<0>(at::_flash_attention_forward(q, k, v, p.cu_seqlens, p.cu_seqlens, p.max_len, p.max_len, 0.0,
+                                                 /*is_causal=*/true, /*return_debug_mask=*/false));
+  } else {
+    o = at::scaled_dot_product_attention(q.transpose(0, 1).unsqueeze(0), k.transpose(0, 1).unsqueeze(0),
+                                         v.transpose(0, 1).unsqueeze(0), mask, 0.0, false, std::nullopt,
+                                         /*enable_gqa=*/cfg_.num_heads != cfg_.num_kv_heads)
+            .squeeze(0)
+            .transpose(0, 1);
+  }
+  auto x = h + l.out_proj(o.reshape({h.size(0), cfg_.q_size()}));
+  return x + mlp(l, rms_norm(x, l.post_norm));
+}
+
+at::Tensor QwenModel::hidden_states_packed(const PackedTokens& p, bool checkpoint_layers) const {
+  MC_CHECK(p.ids.dim() == 1 && p.positions.sizes() == p.ids.sizes(), "packed ids and positions must both be [N]");
+  MC_CHECK(p.max_len <= cfg_.max_position_embeddings, "sequence of ", p.max_len,
+           " tokens exceeds max_position_embeddings (", cfg_.max_position_embeddings, ")");
+  auto ids = p.ids.to(device(), at::kLong);
+  auto pos = p.positions.to(device(), at::kLong);
+  PackedTokens dp{ids, pos, p.cu_seqlens.to(device(), at::kInt), p.max_len};
+  auto h = at::embedding(embed_, ids);
+  auto cos = rope_cos_.index_select(0, pos).to(h.scalar_type()).unsqueeze(1);
+  auto sin = rope_sin_.index_select(0, pos).to(h.scalar_type()).unsqueeze(1);
+  at::Tensor mask;  // undefined: flash attention
+  const bool flash = h.is_cuda() && (h.scalar_type() == at::kBFloat16 || h.scalar_type() == at::kHalf);
+  if (!flash) {
+    // Block-diagonal causal: token i sees j <= i of its own sequence.
+    auto cu = dp.cu_seqlens.to(at::kLong);
+    auto seg = at::repeat_interleave(at::arange(cu.size(0) - 1, cu.options()), cu.diff(), std::nullopt, ids.size(0));
+    auto idx = at::arange(ids.size(0), cu.options());
+    mask = seg.unsqueeze(1).eq(seg.unsqueeze(0)).logical_and_(idx.unsqueeze(1).ge(idx.unsqueeze(0)));
+  }
+  for (const Layer& l : layers_) {
+    if (!checkpoint_layers || !at::GradMode::is_enabled()) {
+      h = packed_layer(l, h, cos, sin, dp, mask);
+      continue;
+    }
+    // The layer's defined tensors go through the node; the run rebuilds a Layer from them.
+    auto run = c10::make_intrusive<LayerRun>();
+    std::vector<at::Tensor Layer::*> fields;
+    for (auto f : {&Layer::input_norm, &Layer::qkv_w, &Layer::qkv_b, &Layer::q_norm, &Layer::k_norm, &Layer::o_w, &Layer::o_b,
+                   &Layer::post_norm, &Layer::gate_up_w, &Layer::down_w})
+      if ((l.*f).defined()) {
+        fields.push_back(f);
+        run->params.push_back(l.*f);
+      }
+    run->run = [this, fields, cos, sin, dp, mask](const at::Tensor& x, const std::vector<at::Tensor>& ps) {
+      Layer copy;
+      for (size_t j = 0; j < fields.size(); ++j) copy.*fields[j] = ps[j];
+      return packed_layer(copy, x, cos, sin, dp, mask);
+    };
+    h = CheckpointedLayer::apply(h, run, at::TensorList(run->params));
+  }
+  return rms_norm(h, final_norm_);
 }
 
 at::Tensor QwenModel::lm_head(const at::Tensor& hidden) const { return at::linear(hidden, lm_head_w_); }
@@ -348,6 +446,17 @@ std::vector<at::Tensor> QwenModel::parameters() const {
   for (const Layer& l : layers_)
     for (const auto& t : {l.input_norm, l.qkv_w, l.qkv_b, l.q_norm, l.k_norm, l.o_w, l.o_b, l.post_norm, l.gate_up_w, l.down_w})
       if (t.defined()) p.push_back(t);
+  return p;
+}
+
+std::vector<at::Tensor> QwenModel::parameters_in_backward_order() const {
+  std::vector<at::Tensor> p;
+  if (!cfg_.tie_word_embeddings) p.push_back(lm_head_w_);
+  p.push_back(final_norm_);
+  for (auto l = layers_.rbegin(); l != layers_.rend(); ++l)
+    for (const auto& t : {l->down_w, l->gate_up_w, l->post_norm, l->o_b, l->o_w, l->k_norm, l->q_norm, l->qkv_b, l->qkv_w, l->input_norm})
+      if (t.defined()) p.push_back(t);
+  p.push_back(embed_);
   return p;
 }
 

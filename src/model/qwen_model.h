@@ -18,6 +18,15 @@
 
 namespace mc::model {
 
+// Several sequences packed back to back into one row of tokens, for training without padding:
+// ids [N] and positions [N] (restarting at 0 in each sequence), cu_seqlens [S+1] int32 the
+// sequence boundaries (0, len0, len0+len1, ..., N), max_len the longest. Attention never
+// crosses a boundary.
+struct PackedTokens {
+  at::Tensor ids, positions, cu_seqlens;
+  int64_t max_len = 0;
+};
+
 // Per layer K and V: [slots, kv_heads, max_len, head_dim] each.
 struct KvCache {
   std::vector<at::Tensor> k, v;
@@ -44,6 +53,11 @@ class QwenModel {
   // The last layer's normalized hidden states [B, T, hidden] (before the LM head).
   at::Tensor hidden_states(const at::Tensor& ids) const;
   at::Tensor lm_head(const at::Tensor& hidden) const;
+  // The same for packed sequences: [N, hidden]. Attention is variable-length flash attention
+  // on CUDA in bf16/fp16 and a block-diagonal causal mask otherwise (same result). With
+  // checkpoint_layers, each layer keeps only its input for backward and recomputes the rest
+  // (activation checkpointing; identical gradients).
+  at::Tensor hidden_states_packed(const PackedTokens& p, bool checkpoint_layers = false) const;
 
   // --- generation over a KV cache -------------------------------------------------------
   KvCache make_cache(int64_t slots, int64_t max_len) const;
@@ -68,6 +82,10 @@ class QwenModel {
   std::vector<std::pair<std::string, at::Tensor>> named_gradients() const;
   // The leaves autograd sees (fused tensors).
   std::vector<at::Tensor> parameters() const;
+  // The same leaves in the order backward finishes their gradients (LM head and final norm,
+  // then the layers from the last, the embedding last), for gradient buckets.
+  std::vector<at::Tensor> parameters_in_backward_order() const;
+  const at::Tensor& lm_head_weight() const { return lm_head_w_; }
   void set_requires_grad(bool on);
   // Writes config.json (dtype updated) and model.safetensors, or shards of at most
   // max_shard_bytes with model.safetensors.index.json. Readable by transformers unchanged.
@@ -83,6 +101,9 @@ class QwenModel {
   std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv(const Layer& l, const at::Tensor& x, const at::Tensor& cos,
                                                      const at::Tensor& sin) const;
   at::Tensor mlp(const Layer& l, const at::Tensor& x) const;
+  // One decoder layer over packed tokens h [N, hidden]; cos/sin [N, 1, D].
+  at::Tensor packed_layer(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
+                          const PackedTokens& p, const at::Tensor& mask) const;
   // named_parameters() over the tensors get(leaf) returns: the leaves or their gradients.
   template <typename Get>
   std::vector<std::pair<std::string, at::Tensor>> named(Get get) const;

@@ -1,0 +1,139 @@
+#include "train/distributed.h"
+
+#include <cstdlib>
+
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include "common/check.h"
+
+namespace mc::train {
+namespace {
+
+std::optional<std::string> env(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return std::nullopt;
+  return std::string(v);
+}
+
+int env_int(const char* name, const std::string& value) {
+  try {
+    size_t used = 0;
+    int v = std::stoi(value, &used);
+    MC_CHECK(used == value.size(), "");
+    return v;
+  } catch (const std::exception&) {
+    throw Error(str_cat("environment variable ", name, "='", value, "' is not an integer"));
+  }
+}
+
+}  // namespace
+
+DistEnv dist_env_from_environment() {
+  DistEnv d;
+  const char *rank = "RANK", *world = "WORLD_SIZE", *local = "LOCAL_RANK";
+  if (env("RANK") || env("WORLD_SIZE")) {
+    d.launcher = "torchrun";
+  } else if (env("SLURM_PROCID") && env("SLURM_NTASKS")) {
+    d.launcher = "slurm";
+    rank = "SLURM_PROCID";
+    world = "SLURM_NTASKS";
+    local = "SLURM_LOCALID";
+  } else {
+    return d;
+  }
+  for (const char* need : {rank, world})
+    MC_CHECK(env(need), "environment variable ", need, " is not set (", d.launcher, " launch needs it)");
+  d.rank = env_int(rank, *env(rank));
+  d.world = env_int(world, *env(world));
+  d.local_rank = env(local) ? env_int(local, *env(local)) : 0;
+  MC_CHECK(d.world >= 1 && d.rank >= 0 && d.rank < d.world, "rank ", d.rank, " is not within world size ", d.world);
+  if (d.world > 1) {
+    MC_CHECK(env("MASTER_ADDR"), "environment variable MASTER_ADDR is not set (the address of rank 0)");
+    MC_CHECK(env("MASTER_PORT"), "environment variable MASTER_PORT is not set (a free port on rank 0)");
+  }
+  if (env("MASTER_ADDR")) d.master_addr = *env("MASTER_ADDR");
+  if (env("MASTER_PORT")) d.master_port = env_int("MASTER_PORT", *env("MASTER_PORT"));
+  return d;
+}
+
+struct Distributed::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::Backend> pg;
+};
+
+Distributed::Distributed(const DistEnv& e, c10::Device device) : env_(e), impl_(std::make_unique<Impl>()) {
+  if (env_.world == 1) return;
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(env_.master_port);
+  o.isServer = env_.rank == 0;
+  o.numWorkers = env_.world;
+  o.timeout = std::chrono::minutes(10);
+  try {
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(env_.master_addr, o);
+  } catch (const std::exception& ex) {
+    throw Error(str_cat("rank ", env_.rank, ": cannot reach the rendezvous at ", env_.master_addr, ":", env_.master_port, ": ",
+                        ex.what()));
+  }
+  if (device.is_cuda()) {
+#ifdef USE_C10D_NCCL
+    c10::cuda::set_device(device.index());
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env_.rank, env_.world, opts);
+#else
+    throw Error("this build has no NCCL (libtorch without CUDA); cannot train on CUDA with several ranks");
+#endif
+  } else {
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::minutes(10));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env_.rank, env_.world, opts);
+  }
+}
+
+Distributed::~Distributed() = default;
+
+std::string Distributed::backend_name() const { return impl_->pg ? impl_->pg->getBackendName() : "none"; }
+
+c10::intrusive_ptr<c10d::Work> Distributed::reduce_scatter_sum(at::Tensor out, at::Tensor in) {
+  MC_INTERNAL_ASSERT(in.numel() == out.numel() * env_.world);
+  if (!impl_->pg) {
+    out.copy_(in);
+    return {};
+  }
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return impl_->pg->_reduce_scatter_base(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> Distributed::all_gather(at::Tensor out, at::Tensor in) {
+  MC_INTERNAL_ASSERT(out.numel() == in.numel() * env_.world);
+  if (!impl_->pg) {
+    out.copy_(in);
+    return {};
+  }
+  return impl_->pg->_allgather_base(out, in);
+}
+
+void Distributed::all_reduce_sum(at::Tensor& t) {
+  if (!impl_->pg) return;
+  std::vector<at::Tensor> v{t};
+  impl_->pg->allreduce(v)->wait();
+}
+
+void Distributed::all_reduce_max(at::Tensor& t) {
+  if (!impl_->pg) return;
+  std::vector<at::Tensor> v{t};
+  c10d::AllreduceOptions o;
+  o.reduceOp = c10d::ReduceOp::MAX;
+  impl_->pg->allreduce(v, o)->wait();
+}
+
+void Distributed::barrier() {
+  if (impl_->pg) impl_->pg->barrier()->wait();
+}
+
+}  // namespace mc::train

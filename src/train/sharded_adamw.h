@@ -1,0 +1,96 @@
+// AdamW with fp32 master weights and fp32 moments, sharded across data-parallel ranks
+// (ZeRO stages 1 and 2), with gradients reduced in buckets while backward still runs.
+//
+// Why fp32 masters: at --lr 1e-5 (and 1e-6 in RL) an update is often below bf16's resolution
+// of a weight (2^-8 relative), so bf16 weights updated in place would mostly not change. The
+// model computes in its dtype (bf16 on GPUs); the optimizer keeps fp32 copies, updates those,
+// and writes them back rounded. Gradients are accumulated over micro-batches in fp32.
+//
+// Layout: the model's parameters, in the order backward finishes them, are laid end to end in
+// one flat fp32 gradient buffer cut into buckets (--bucket-mb). Each bucket is padded to a
+// multiple of the world size; rank r owns the r-th piece of every bucket. During the last
+// micro-batch's backward, a parameter's gradient hook adds it into the buffer and, once its
+// bucket is complete, starts the bucket's reduce-scatter (c10d), so communication overlaps the
+// rest of backward. After backward: wait, global grad-norm (all-reduce of the pieces' squared
+// norms), clip, AdamW on the owned pieces (torch's fused AdamW kernel), then all-gather the
+// updated pieces in the model dtype and copy them into the parameters. With one rank the same
+// code runs with copies in place of collectives.
+//
+// Memory per GPU for P parameters, W ranks, model in bf16: 2P (weights) + 2P (bf16 grads
+// until the hook has taken them) + 4P (fp32 gradient buffer) + 12P/W (master, m, v).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/ATen.h>
+
+#include "model/qwen_model.h"
+#include "train/distributed.h"
+
+namespace mc::train {
+
+struct AdamWOptions {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
+  int64_t bucket_elements = int64_t{1} << 25;  // 128 MB of fp32 gradients
+};
+
+class ShardedAdamW {
+ public:
+  // Takes the model's parameters (requires_grad is turned on) and registers the hooks.
+  ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOptions opt);
+  ~ShardedAdamW();
+
+  // Before the first micro-batch of a step.
+  void zero_grad();
+  // Before each micro-batch's backward: whether it is this rank's last of the step (its
+  // backward starts the reductions).
+  void set_last_micro_batch(bool last) { last_ = last; }
+  // After each backward: frees the parameters' .grad; after the last, starts the reduction
+  // of buckets whose parameters got no gradient. A rank with no micro-batch calls only this.
+  void after_backward();
+  // Waits for the reductions; returns the global gradient norm before clipping; clips to
+  // max_norm when max_norm > 0 (torch.nn.utils.clip_grad_norm_'s arithmetic).
+  double finish_gradients(double max_norm);
+  // Decoupled weight decay (matrices only, not norms and biases) and the AdamW update of the
+  // owned pieces, then the parameters are gathered and written back.
+  void step(double lr);
+
+  int64_t steps_taken() const { return steps_; }
+  int64_t num_parameters() const { return numel_; }
+  // This rank's optimizer state (master, exp_avg, exp_avg_sq per bucket piece, step), on the
+  // CPU, and the layout it belongs to (a resume must match it).
+  std::vector<std::pair<std::string, at::Tensor>> state() const;
+  std::string layout_signature() const;
+  // Loads state() of the same layout and writes the masters back into the parameters.
+  void load_state(const std::vector<std::pair<std::string, at::Tensor>>& state);
+
+ private:
+  struct Bucket {
+    int64_t start = 0, size = 0;  // in the flat buffer; size % world == 0
+    int num_params = 0, ready = 0;
+    bool launched = false;
+    at::Tensor master, exp_avg, exp_avg_sq, grad_piece, step;  // the owned piece
+    std::vector<at::Tensor> decay_views;                       // of master: matrices only
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  void on_grad(size_t param, const at::Tensor& grad);
+  void launch(Bucket& b);
+  void write_back();
+
+  model::QwenModel& model_;
+  Distributed& dist_;
+  AdamWOptions opt_;
+  std::vector<at::Tensor> params_;
+  std::vector<int64_t> offset_;   // per parameter, in the flat buffer
+  std::vector<size_t> bucket_of_;
+  std::vector<unsigned> hooks_;   // per parameter, removed by the destructor
+  std::vector<Bucket> buckets_;
+  at::Tensor grads_;              // flat fp32
+  at::Tensor gathered_;           // flat, model dtype: all-gather target
+  int64_t numel_ = 0, steps_ = 0;
+  bool last_ = true;
+};
+
+}  // namespace mc::train
