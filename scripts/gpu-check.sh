@@ -2,13 +2,13 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench"}
+STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench train"}
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device-dist/musacoder ]; then BIN=$PWD/build-device-dist/musacoder
@@ -71,6 +71,14 @@ for stage in $STAGES; do
       # shellcheck disable=SC2086
       python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/generate_bench.json" ${GENBENCH_ARGS:-} 2>&1 \
         | tee "$OUT/genbench.log" || rc=1 ;;
+    train)
+      # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
+      # and batch, in this run; then the curves as an image.
+      # shellcheck disable=SC2086
+      python3 bench/sft_bench.py --musacoder "$BIN" --out "$OUT/train" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train.log" || rc=1
+      "$BIN" plot "$OUT/train/work/ours" --out "$OUT/train/sft_curves.svg" >/dev/null 2>&1 || true
+      cp "$OUT/train/work/ours/metrics.jsonl" "$OUT/train/metrics.jsonl" 2>/dev/null
+      rm -rf "$OUT/train/work" ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

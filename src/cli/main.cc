@@ -24,6 +24,7 @@
 #include "eval/sandbox.h"
 #include "eval/static_check.h"
 #include "eval/summary.h"
+#include "cli/plot_command.h"
 #include "cli/run_options.h"
 #include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
@@ -249,6 +250,7 @@ int main(int argc, char** argv) {
   SynthCommand synth_cmd(app);
   TokenizeCommand tokenize_cmd(app);
   SelftestCommand selftest_cmd(app);
+  PlotCommand plot_cmd(app);
 
   try {
     app.parse(argc, argv);
@@ -260,6 +262,7 @@ int main(int argc, char** argv) {
     if (auto rc = synth_cmd.run()) return *rc;
     if (auto rc = tokenize_cmd.run()) return *rc;
     if (auto rc = selftest_cmd.run()) return *rc;
+    if (auto rc = plot_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {
       if (list_rules) {

@@ -248,7 +248,7 @@ def test_killed_run_resumes_exactly(setup, tmp_path):
     assert sorted(os.listdir(tmp_path / "whole" / "checkpoints")) == ["step-00000004", "step-00000006"]
 
 
-def test_tensorboard_events_hold_the_metrics(setup, tmp_path):
+def test_tensorboard_events_and_plot_hold_the_metrics(setup, tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
     base, models, data = setup
@@ -259,6 +259,10 @@ def test_tensorboard_events_hold_the_metrics(setup, tmp_path):
     assert [e.step for e in events] == [1, 2, 3]
     for e, want in zip(events, train_losses(tmp_path / "run")):
         assert abs(e.value - want) < 1e-5 * max(1, abs(want))
+    # The same curves as an image.
+    mc("plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves.svg"), "--metrics", "loss,lr,grad_norm")
+    svg = open(tmp_path / "curves.svg").read()
+    assert svg.startswith("<svg") and svg.count("<polyline") == 3 and ">loss<" in svg
 
 
 def test_two_gloo_ranks_equal_one_rank(setup, tmp_path):
