@@ -28,31 +28,11 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
 from bpe_fixtures import train_bpe  # noqa: E402
+from chatml_reference import render  # noqa: E402
 
 WORDS = ("def forward self return torch relu kernel float void add softmax rows Write fast CUDA kernels __global__ int "
          "blockIdx threadIdx blockDim const float* out in n for if else while shared sync warp reduce max sum exp "
          "x y z i j k tile load store half bf16 matmul conv stride pad batch").split()
-
-
-def render(tok, row):
-    ids, mask = [], []
-
-    def add(text, m):
-        if text:
-            e = tok.encode(text, add_special_tokens=False).ids
-            ids.extend(e)
-            mask.extend([m] * len(e))
-    context = ""
-    for t in row["messages"]:
-        if t["role"] != "assistant":
-            context += f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n"
-            continue
-        add(context + "<|im_start|>assistant\n", 0)
-        add(t["content"], 1)
-        add("<|im_end|>", 1)
-        context = "\n"
-    add(context, 0)
-    return ids, mask
 
 
 def make_data(path, tok_path, tokens_per_step, max_len, seed=0):

@@ -19,6 +19,7 @@ from safetensors.torch import load_file  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
 
 import tiny_models  # noqa: E402
+from chatml_reference import render  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
@@ -61,34 +62,6 @@ def chat_rows(n, seed=0):
                 {"role": "user", "content": text(2)}, {"role": "assistant", "content": text(3)}]
         rows.append({"messages": msgs})
     return rows
-
-
-def render(tok, row):
-    """The rendering the trainer documents (src/train/dataset.h), with the tokenizers library."""
-    ids, mask = [], []
-
-    def add(text, m):
-        if text:
-            e = tok.encode(text, add_special_tokens=False).ids
-            ids.extend(e)
-            mask.extend([m] * len(e))
-    if "text" in row:
-        add(row["text"], 1)
-        ids.append(tok.token_to_id("<|endoftext|>"))
-        mask.append(1)
-        return ids, mask
-    msgs = row.get("messages") or [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["completion"]}]
-    context = ""
-    for t in msgs:
-        if t["role"] != "assistant":
-            context += f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n"
-            continue
-        add(context + "<|im_start|>assistant\n", 0)
-        add(t["content"], 1)
-        add("<|im_end|>", 1)
-        context = "\n"
-    add(context, 0)
-    return ids, mask
 
 
 @pytest.fixture(scope="module")
