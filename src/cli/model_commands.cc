@@ -10,10 +10,6 @@
 #include <c10/core/InferenceMode.h>
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
-#ifdef MUSACODER_CUDA
-#include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 #include "common/check.h"
 #include "common/progress.h"

@@ -11,9 +11,9 @@
 namespace mc::train {
 
 ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOptions opt)
-    : model_(model), dist_(dist), opt_(opt) {
-  model_.set_requires_grad(true);
-  params_ = model_.parameters_in_backward_order();
+    : dist_(dist), opt_(opt) {
+  model.set_requires_grad(true);
+  params_ = model.parameters_in_backward_order();
   const int64_t W = dist_.world();
   // Buckets of whole parameters, in backward order.
   int64_t flat = 0;
@@ -134,7 +134,6 @@ void ShardedAdamW::step(double lr) {
   at::_foreach_add_(steps, at::Scalar(1.0));
   at::_fused_adamw_(master, grad, m, v, {}, steps, lr, opt_.beta1, opt_.beta2, /*weight_decay=*/0.0, opt_.eps,
                     /*amsgrad=*/false, /*maximize=*/false);
-  ++steps_;
   write_back();
 }
 
@@ -191,7 +190,6 @@ void ShardedAdamW::load_state(const std::vector<std::pair<std::string, at::Tenso
     MC_CHECK(st != by_name.end(), "optimizer state has no bucket", i, ".step");
     b.step.copy_(st->second.reshape({}));
   }
-  steps_ = static_cast<int64_t>(buckets_.empty() ? 0 : buckets_[0].step.item<float>());
   write_back();
 }
 

@@ -57,8 +57,6 @@ class ShardedAdamW {
   // owned pieces, then the parameters are gathered and written back.
   void step(double lr);
 
-  int64_t steps_taken() const { return steps_; }
-  int64_t num_parameters() const { return numel_; }
   // This rank's optimizer state (master, exp_avg, exp_avg_sq per bucket piece, step), on the
   // CPU, and the layout it belongs to (a resume must match it).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
@@ -79,7 +77,6 @@ class ShardedAdamW {
   void launch(Bucket& b);
   void write_back();
 
-  model::QwenModel& model_;
   Distributed& dist_;
   AdamWOptions opt_;
   std::vector<at::Tensor> params_;
@@ -89,7 +86,7 @@ class ShardedAdamW {
   std::vector<Bucket> buckets_;
   at::Tensor grads_;              // flat fp32
   at::Tensor gathered_;           // flat, model dtype: all-gather target
-  int64_t numel_ = 0, steps_ = 0;
+  int64_t numel_ = 0;
   bool last_ = true;
 };
 
