@@ -2,7 +2,8 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all)   BIN=path/to/musacoder (default: build it)
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
+#   2+ GPUs and is run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -79,6 +80,15 @@ for stage in $STAGES; do
       "$BIN" plot "$OUT/train/work/ours" --out "$OUT/train/sft_curves.svg" >/dev/null 2>&1 || true
       cp "$OUT/train/work/ours/metrics.jsonl" "$OUT/train/metrics.jsonl" 2>/dev/null
       rm -rf "$OUT/train/work" ;;
+    train-dp)
+      # NCCL data parallelism: the same SFT run on 1 GPU and on every GPU of the machine.
+      n=$(nvidia-smi -L | wc -l)
+      # shellcheck disable=SC2086
+      python3 bench/sft_dp.py --musacoder "$BIN" --out "$OUT/train-dp" --gpus "$n" ${TRAIN_DP_ARGS:-} 2>&1 \
+        | tee "$OUT/train-dp.log" || rc=1
+      "$BIN" plot "$OUT/train-dp/work/one" "$OUT/train-dp/work/many" --out "$OUT/train-dp/curves.svg" \
+        --metrics loss,grad_norm,tokens_per_s,peak_alloc_gib >/dev/null 2>&1 || true
+      rm -rf "$OUT/train-dp/work" ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

@@ -70,7 +70,7 @@ std::optional<int> TrainCommands::run() {
     m.o.packing = !m.no_packing;
     m.o.adamw.bucket_elements = static_cast<int64_t>(m.bucket_mb * 1048576 / 4);
     auto r = train::run_sft(m.o);
-    fmt::print(stderr, "sft: {} steps, last loss {:.4f}, checkpoint {}\n", r.steps, r.last_loss, r.last_checkpoint);
+    if (r.main_rank) fmt::print(stderr, "sft: {} steps, last loss {:.4f}, checkpoint {}\n", r.steps, r.last_loss, r.last_checkpoint);
     return 0;
   }
   return 2;

@@ -70,7 +70,10 @@ Distributed::Distributed(const DistEnv& e, c10::Device device) : env_(e), impl_(
   if (env_.world == 1) return;
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(env_.master_port);
-  o.isServer = env_.rank == 0;
+  // Under torchrun the agent already serves the store at MASTER_PORT
+  // (TORCHELASTIC_USE_AGENT_STORE=True): every rank, rank 0 included, joins it as a client, as
+  // torch.distributed does; otherwise rank 0 serves it.
+  o.isServer = env_.rank == 0 && mc::train::env("TORCHELASTIC_USE_AGENT_STORE").value_or("") != "True";
   o.numWorkers = env_.world;
   o.timeout = std::chrono::minutes(10);
   try {
@@ -94,7 +97,15 @@ Distributed::Distributed(const DistEnv& e, c10::Device device) : env_(e), impl_(
   }
 }
 
-Distributed::~Distributed() = default;
+Distributed::~Distributed() {
+  // What destroy_process_group() does: NCCL's communicators are finalized in order instead of
+  // being torn down by the destructor (which warns and can hang on exit).
+  if (!impl_->pg) return;
+  try {
+    impl_->pg->shutdown();
+  } catch (const std::exception&) {
+  }
+}
 
 std::string Distributed::backend_name() const { return impl_->pg ? impl_->pg->getBackendName() : "none"; }
 

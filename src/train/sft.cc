@@ -163,6 +163,7 @@ SftResult run_sft(const SftOptions& o) {
 
   SftResult result;
   result.steps = start;
+  result.main_rank = main;
   auto save = [&](int64_t step) {
     json st = {{"step", step}, {"data_position", {{"epoch", pos.epoch}, {"index", pos.index}}}, {"tokens_seen", tokens_seen},
                {"elapsed_s", elapsed_before}, {"world_size", dist.world()}, {"fingerprint", fingerprint},

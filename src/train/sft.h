@@ -38,6 +38,7 @@ struct SftResult {
   int64_t steps = 0;
   double last_loss = 0;
   std::string last_checkpoint;
+  bool main_rank = true;  // rank 0 (the one that reports)
 };
 
 SftResult run_sft(const SftOptions& o);
