@@ -10,6 +10,9 @@
 namespace mc::synth {
 
 std::string task_prompt(const Graph& g, const std::string& problem_source, const std::string& format);
+// The same task for a problem known only by its source (a KernelBench file): without the
+// input and state tables, which only the synthesizer's graph knows.
+std::string task_prompt(const std::string& problem_source, const std::string& format);
 std::string repair_prompt(const std::string& feedback);
 // An answer as a model would write it: the solution in a fenced code block.
 std::string as_answer(const std::string& solution, const std::string& format);

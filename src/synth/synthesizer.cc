@@ -363,6 +363,9 @@ SynthReport run_synthesis(const SynthOptions& o) {
                          {"provenance", {{"seed", o.seed}, {"index", it->index}}},
                          {"teacher_attempts", it->attempts}};
     if (it->probe.contains("eager")) pj["eager_us"] = it->probe["eager"].value("median_us", 0.0);
+    // The task as a policy sees it, per solution format (what `musacoder rft` samples from).
+    pj["prompts"] = {{"native", task_prompt(it->g, it->source, "native")},
+                     {"kernelbench", task_prompt(it->g, it->source, "kernelbench")}};
     problems_jsonl += pj.dump() + "\n";
     for (auto& row : it->rows) {
       const auto& r = row["result"];

@@ -21,13 +21,13 @@ def make_tokenizer(path):
     return train_bpe(path, CORPUS, "qwen", vocab_size=400)
 
 
-def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32):
+def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32, max_positions=256):
     import transformers
     os.makedirs(directory, exist_ok=True)
     tok = make_tokenizer(os.path.join(directory, "tokenizer.json"))
     vocab = vocab or tok.get_vocab_size()
     common = dict(vocab_size=vocab, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
-                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
                   rms_norm_eps=1e-6, tie_word_embeddings=tie, eos_token_id=tok.token_to_id("<|im_end|>"))
     if arch == "qwen2":
         cfg = transformers.Qwen2Config(rope_theta=10000.0, **common)

@@ -1,0 +1,345 @@
+#include "rft/rft.h"
+
+#include <condition_variable>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+#include "common/fs.h"
+#include "common/hash.h"
+#include "common/progress.h"
+#include "common/subprocess.h"
+#include "eval/candidates.h"
+#include "eval/extract.h"
+#include "eval/problem.h"
+#include "eval/result.h"
+#include "serve/client.h"
+#include "synth/prompt.h"
+
+namespace mc::rft {
+namespace {
+
+using nlohmann::json;
+
+struct RftProblem {
+  eval::ProblemPtr problem;
+  std::string prompt;
+};
+
+std::vector<json> read_jsonl(const fs::path& path) {
+  std::ifstream in(path);
+  MC_CHECK(in, "cannot read ", path.string());
+  std::vector<json> rows;
+  std::string line;
+  for (size_t n = 1; std::getline(in, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    try {
+      rows.push_back(json::parse(line));
+    } catch (const json::exception& e) {
+      throw Error(str_cat(path.string(), ":", n, ": not a JSON object (", e.what(), ")"));
+    }
+    MC_CHECK(rows.back().is_object(), path.string(), ":", n, ": expected a JSON object");
+  }
+  return rows;
+}
+
+// Step 1: a folder of KernelBench problems, or synth's problems.jsonl.
+std::vector<RftProblem> load_rft_problems(const RftOptions& o) {
+  MC_CHECK(o.format == "native" || o.format == "kernelbench", "--format: '", o.format,
+           "' is not native or kernelbench");
+  std::vector<RftProblem> out;
+  if (fs::is_directory(o.problems)) {
+    for (auto& p : eval::load_problems(o.problems, o.level)) out.push_back({p, synth::task_prompt(p->source, o.format)});
+    return out;
+  }
+  MC_CHECK(fs::is_regular_file(o.problems), "--problems: no folder or file ", o.problems);
+  const fs::path base = fs::path(o.problems).parent_path();
+  auto rows = read_jsonl(o.problems);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const json& r = rows[i];
+    MC_CHECK(r.contains("path") && r["path"].is_string(), o.problems, ":", i + 1,
+             ": a problems.jsonl row needs \"path\" (the problem file, relative to the JSONL's folder)");
+    fs::path path = base / r["path"].get<std::string>();
+    auto p = eval::load_problem(path.string(), r.value("level", 0));
+    std::string prompt;
+    if (r.contains("prompts") && r["prompts"].contains(o.format)) prompt = r["prompts"][o.format].get<std::string>();
+    else prompt = synth::task_prompt(p->source, o.format);
+    out.push_back({p, prompt});
+  }
+  MC_CHECK(!out.empty(), o.problems, ": no problems");
+  std::set<std::string> keys;
+  for (const auto& p : out)
+    MC_CHECK(keys.insert(p.problem->key).second, o.problems, ": problem ", p.problem->key, " appears twice");
+  return out;
+}
+
+// Step 2: K answers per problem from the policy (or --samples-from).
+std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vector<RftProblem>& problems) {
+  const fs::path out(o.out_dir);
+  std::vector<eval::ProblemPtr> ptrs;
+  std::map<std::string, eval::ProblemPtr> by_key;
+  for (const auto& p : problems) {
+    ptrs.push_back(p.problem);
+    by_key[p.problem->key] = p.problem;
+  }
+  // Rows of `musacoder-model generate` ({id, sample, text}) -> candidates.
+  auto from_generate = [&](const fs::path& file) {
+    std::vector<eval::Candidate> cands;
+    auto rows = read_jsonl(file);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const json& r = rows[i];
+      MC_CHECK(r.contains("id") && r.contains("text") && r.contains("sample"), file.string(), ":", i + 1,
+               ": a generate row needs id, sample and text");
+      auto it = by_key.find(r["id"].get<std::string>());
+      MC_CHECK(it != by_key.end(), file.string(), ":", i + 1, ": unknown problem ", r["id"].dump());
+      eval::Candidate c;
+      c.problem = it->second;
+      c.problem_ref = it->first;
+      c.sample_id = std::to_string(r["sample"].get<int>());
+      c.answer = r["text"].get<std::string>();
+      c.origin = fmt::format("{}:{}", file.string(), i + 1);
+      cands.push_back(std::move(c));
+    }
+    return cands;
+  };
+  if (!o.samples_from.empty()) {
+    MC_CHECK(fs::is_regular_file(o.samples_from), "--samples-from: no file ", o.samples_from);
+    // The samples of an earlier rft run (generate's rows), or answers in `musacoder eval`'s JSONL.
+    std::ifstream in(o.samples_from);
+    std::string first;
+    std::getline(in, first);
+    json head = json::parse(first, nullptr, false);
+    if (head.is_object() && head.contains("id") && head.contains("text") && head.contains("sample"))
+      return from_generate(o.samples_from);
+    return eval::load_candidates(o.samples_from, ptrs);
+  }
+  MC_CHECK(!o.model_dir.empty(), "rft needs --model (the policy to sample from) or --samples-from FILE");
+  MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "config.json"), "--model: ", o.model_dir,
+           " is not a Hugging Face model directory (no config.json)");
+  MC_CHECK(o.samples >= 1, "--samples must be at least 1");
+  std::string prompts;
+  for (const auto& p : problems)
+    prompts += json{{"id", p.problem->key}, {"messages", {{{"role", "user"}, {"content", p.prompt}}}}}.dump() + "\n";
+  write_file_atomic(out / "prompts.jsonl", prompts);
+  // What the samples depend on; equal -> the samples of an earlier run are reused.
+  json meta = {{"model", fs::absolute(o.model_dir).string()}, {"prompts", sha256_hex(prompts)}, {"n", o.samples},
+               {"temperature", o.temperature}, {"top_p", o.top_p}, {"max_new_tokens", o.max_new_tokens},
+               {"seed", o.seed}};
+  const fs::path samples = out / "samples.jsonl", meta_path = out / "samples.meta.json";
+  bool reuse = fs::exists(samples) && fs::exists(meta_path) && json::parse(read_file(meta_path)) == meta;
+  if (reuse) {
+    fmt::print(stderr, "rft: reusing {} (same model, prompts and sampling)\n", samples.string());
+  } else {
+    fs::remove(meta_path);
+    std::string tmp = (out / "samples.jsonl.tmp").string();
+    SubprocessOptions so;
+    so.argv = {o.model_exe, "generate", "--model", o.model_dir, "--prompts", (out / "prompts.jsonl").string(), "--chat",
+               "--n", std::to_string(o.samples), "--temperature", fmt::format("{}", o.temperature), "--top-p",
+               fmt::format("{}", o.top_p), "--max-new-tokens", std::to_string(o.max_new_tokens), "--seed",
+               std::to_string(o.seed), "--device", o.model_device, "--max-batch", std::to_string(o.max_batch), "--out", tmp};
+    if (!o.progress) so.argv.push_back("--no-progress");
+    so.capture_stdout = so.capture_stderr = false;
+    fmt::print(stderr, "rft: sampling {} answers for each of {} problems\n", o.samples, problems.size());
+    Subprocess gen(so);
+    ExitStatus st = gen.wait();
+    MC_CHECK(st.ok(), "rft: musacoder-model generate failed (", st.describe(), ")");
+    fs::rename(tmp, samples);
+    write_file_atomic(meta_path, meta.dump(2));
+  }
+  return from_generate(samples);
+}
+
+std::string answer_key(const eval::Candidate& c) {
+  return KeyBuilder().add(c.problem ? c.problem->key : c.problem_ref).add(c.sample_id).add(c.answer).hex();
+}
+
+// Step 3: every answer through MooreEval. Rows go to verified.jsonl as they finish.
+std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vector<eval::Candidate>& cands) {
+  const fs::path path = fs::path(o.out_dir) / "verified.jsonl";
+  const std::string cfg_hash = o.eval_config.config_hash();
+  std::vector<eval::EvalResult> results(cands.size());
+  // Earlier rows of the same answers under the same settings (a run that stopped midway).
+  std::map<std::string, json> earlier;
+  if (fs::exists(path))
+    for (auto& r : read_jsonl(path))
+      if (r.contains("key") && r.contains("result") && r["result"].value("config_hash", "") == cfg_hash &&
+          r["result"].value("verdict", "") != "infra_error")
+        earlier[r["key"].get<std::string>()] = r;
+  std::string kept_rows;
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    auto it = earlier.find(answer_key(cands[i]));
+    if (it != earlier.end()) {
+      results[i] = eval::result_from_json(it->second["result"]);
+      kept_rows += it->second.dump() + "\n";
+    } else {
+      todo.push_back(i);
+    }
+  }
+  write_file_atomic(path, kept_rows);
+  if (!earlier.empty())
+    fmt::print(stderr, "rft: {} answers already judged in {}, {} to judge\n", cands.size() - todo.size(), path.string(),
+               todo.size());
+  if (todo.empty()) return results;
+  std::ofstream log(path, std::ios::app);
+  MC_CHECK(log, "cannot write ", path.string());
+  std::mutex mu;
+  ProgressBar bar("verify", todo.size(), o.progress);
+  auto record = [&](size_t i, const eval::EvalResult& r) {
+    std::lock_guard<std::mutex> lock(mu);
+    bar.advance(1, eval::to_string(r.verdict));
+    results[i] = r;
+    json row = {{"key", answer_key(cands[i])}, {"problem", r.problem_key}, {"sample", cands[i].sample_id},
+                {"verdict", eval::to_string(r.verdict)}, {"result", eval::to_json(r)}};
+    log << row.dump() << "\n";
+    log.flush();
+  };
+  if (o.verifier_url.empty()) {
+    eval::Evaluator ev(o.eval_config, o.evaluator);
+    std::condition_variable cv;
+    size_t finished = 0;
+    for (size_t i : todo)
+      ev.submit(cands[i], [&, i](eval::EvalResult r) {
+        record(i, r);
+        std::lock_guard<std::mutex> lock(mu);
+        ++finished;
+        cv.notify_all();
+      });
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return finished == todo.size(); });
+  } else {
+    serve::ClientOptions co;
+    co.url = o.verifier_url;
+    co.token = o.verifier_token;
+    std::vector<serve::VerifyItem> items;
+    std::vector<size_t> sent;
+    for (size_t i : todo) {
+      const auto& c = cands[i];
+      if (!c.problem || !c.input_error.empty()) continue;  // judged locally below: it cannot be sent
+      serve::VerifyItem it;
+      it.problem_source = c.problem->source;
+      it.problem_name = c.problem->stem;
+      it.level = c.problem->level;
+      it.answer = c.answer;
+      it.sample_id = c.sample_id;
+      items.push_back(std::move(it));
+      sent.push_back(i);
+    }
+    serve::VerifyClient client(co);
+    auto got = client.verify(items);
+    for (size_t k = 0; k < got.size(); ++k) record(sent[k], eval::result_from_json(got[k]));
+    // Items that could not be sent (unknown problem, unreadable input) still get their row.
+    std::vector<size_t> rest;
+    for (size_t i : todo)
+      if (!cands[i].problem || !cands[i].input_error.empty()) rest.push_back(i);
+    if (!rest.empty()) {
+      eval::EvaluatorOptions eo = o.evaluator;
+      eo.progress = false;
+      eval::Evaluator ev(o.eval_config, eo);
+      std::vector<eval::Candidate> batch;
+      for (size_t i : rest) batch.push_back(cands[i]);
+      auto local = ev.run(batch);
+      for (size_t k = 0; k < local.size(); ++k) record(rest[k], local[k]);
+    }
+  }
+  return results;
+}
+
+}  // namespace
+
+RftResult run_rft(const RftOptions& o) {
+  MC_CHECK(!o.out_dir.empty(), "rft needs --out DIR");
+  MC_CHECK(!o.problems.empty(), "rft needs --problems (a folder of KernelBench problems or a synth problems.jsonl)");
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  MC_CHECK(!ec && fs::is_directory(o.out_dir), "--out: cannot create ", o.out_dir, ec ? ": " + ec.message() : "");
+  const fs::path out(o.out_dir);
+  {
+    std::ofstream probe(out / ".write-test");
+    MC_CHECK(probe, "--out: ", o.out_dir, " is not writable");
+  }
+  fs::remove(out / ".write-test");
+
+  auto problems = load_rft_problems(o);
+  std::map<std::string, const RftProblem*> by_key;
+  for (const auto& p : problems) by_key[p.problem->key] = &p;
+  auto cands = sample_answers(o, problems);
+  MC_CHECK(!cands.empty(), "rft: no answers to verify");
+  auto results = verify_answers(o, cands);
+
+  // Step 4: selection.
+  std::vector<RftAnswer> answers(cands.size());
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const auto& c = cands[i];
+    const auto& r = results[i];
+    auto& a = answers[i];
+    a.problem = c.problem ? c.problem->key : "?" + c.problem_ref;
+    a.sample_id = c.sample_id;
+    auto ex = eval::extract_solution(c.answer);
+    a.code = ex.ok ? ex.code : c.answer;
+    a.verdict = eval::to_string(r.verdict);
+    if (r.speedup && !r.speedup_flagged) a.speedup = r.speedup;
+  }
+  std::vector<CodeFingerprint> prints;
+  auto decisions = select_answers(answers, o.selection, &prints);
+  RftResult res;
+  res.report = make_report(answers, decisions, prints, problems.size(), o.selection);
+  std::string dataset, dropped;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const auto& d = decisions[i];
+    const auto& a = answers[i];
+    json speed = a.speedup ? json(*a.speedup) : json(nullptr);
+    if (d.kept) {
+      const RftProblem* p = by_key.at(a.problem);
+      dataset += json{{"messages", {{{"role", "user"}, {"content", p->prompt}}, {{"role", "assistant"}, {"content", cands[i].answer}}}},
+                      {"problem", a.problem}, {"sample", a.sample_id}, {"format", results[i].solution_format},
+                      {"speedup", speed}, {"speed_bucket", speed_bucket_name(d.speed_bucket)},
+                      {"reward", results[i].reward ? json(*results[i].reward) : json(nullptr)}, {"source", "rft"}}
+                     .dump() +
+                 "\n";
+      ++res.dataset_rows;
+    } else {
+      json row = {{"problem", a.problem}, {"sample", a.sample_id}, {"reason", d.reason}, {"verdict", a.verdict},
+                  {"speedup", speed}};
+      if (!d.twin.empty()) {
+        row["twin"] = d.twin;
+        row["similarity"] = d.similarity;
+      }
+      if (d.reason == "rejected" || d.reason == "infra_error") row["why"] = results[i].reason;
+      dropped += row.dump() + "\n";
+    }
+  }
+  write_file_atomic(out / "dataset.jsonl", dataset);
+  write_file_atomic(out / "dropped.jsonl", dropped);
+  json rep = res.report.json;
+  rep["format_version"] = 1;
+  rep["problems_source"] = o.problems;
+  rep["model"] = o.model_dir;
+  rep["samples_per_problem"] = o.samples_from.empty() ? json(o.samples) : json(nullptr);
+  write_file_atomic(out / "report.json", rep.dump(2) + "\n");
+  write_file_atomic(out / "report.txt", res.report.table);
+
+  // Step 5: SFT on what was kept.
+  if (o.train) {
+    MC_CHECK(res.dataset_rows > 0, "rft --train: no answer was kept (", out.string(), "/dropped.jsonl says why); nothing to train on");
+    MC_CHECK(!o.model_dir.empty(), "rft --train needs --model (the model to fine-tune)");
+    SubprocessOptions so;
+    so.argv = {o.model_exe, "train", "sft", "--model", o.model_dir, "--data", (out / "dataset.jsonl").string(), "--out",
+               (out / "sft").string()};
+    for (const auto& a : o.train_args) so.argv.push_back(a);
+    if (!o.progress) so.argv.push_back("--no-progress");
+    so.capture_stdout = so.capture_stderr = false;
+    Subprocess train(so);
+    ExitStatus st = train.wait();
+    res.train_exit = st.term_signal ? 128 + st.term_signal : st.exit_code;
+    MC_CHECK(st.ok(), "rft --train: musacoder-model train sft failed (", st.describe(), ")");
+  }
+  return res;
+}
+
+}  // namespace mc::rft

@@ -1,0 +1,184 @@
+"""`musacoder rft` end to end on the CPU: planted answers (tests/cases/rft) judged by the real
+verifier in CPU mode, in process and through a real `musacoder serve` on loopback; diverse
+selection keeps and drops what it should; the dataset trains with `--train`; a stopped run
+reuses its verdicts; sampling from a tiny model through `musacoder-model generate`; clear errors."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import tiny_models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+CASES = os.path.join(ROOT, "tests", "cases", "rft")
+pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
+HAS_MODEL = os.path.exists(os.path.join(os.path.dirname(BINARY), "musacoder-model"))
+ADD = ["base", "dup", "renamed", "slow", "unrolled", "wrong"]
+
+
+def mc(*args, check=True, timeout=600):
+    r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"musacoder {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path)]
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rft")
+    problems = base / "problems"
+    problems.mkdir()
+    for p in ("1_Add.py", "2_ReLU.py"):
+        shutil.copy(os.path.join(ROOT, "tests", "cases", "problems", p), problems / p)
+    samples = base / "samples.jsonl"
+    with open(samples, "w") as f:
+        for name in ADD:
+            code = open(os.path.join(CASES, f"add_{name}.py")).read()
+            f.write(json.dumps({"problem": "1_Add", "sample_id": name,
+                                "answer": f"The sum, one loop.\n\n```python\n{code}```\n"}) + "\n")
+        f.write(json.dumps({"problem": "2_ReLU", "sample_id": "broken",
+                            "answer": "```python\n" + open(os.path.join(CASES, "relu_broken.py")).read() + "```"}) + "\n")
+    model = None
+    if HAS_MODEL:
+        model = base / "model"
+        tiny_models.make_model(str(model), "qwen2", max_positions=4096)
+    return base, problems, samples, model
+
+
+def rft_args(problems, samples, out, cache):
+    return ["rft", "--problems", problems, "--samples-from", samples, "--out", out, "--device", "cpu",
+            "--format", "kernelbench", "--timing-budget", "0.3", "--cache-dir", cache, "--no-progress"]
+
+
+def check_selection(out):
+    rows = {r["sample"]: r for r in read_jsonl(out / "verified.jsonl")}
+    assert {k: v["verdict"] for k, v in rows.items()} == {
+        "base": "ok", "dup": "ok", "renamed": "ok", "slow": "ok", "unrolled": "ok", "wrong": "incorrect",
+        "broken": "compile_error"}
+    speed = {k: v["result"].get("speedup") for k, v in rows.items()}
+    kept = {r["sample"]: r for r in read_jsonl(out / "dataset.jsonl")}
+    dropped = {r["sample"]: r for r in read_jsonl(out / "dropped.jsonl")}
+    assert set(kept) | set(dropped) == set(rows) and not set(kept) & set(dropped)
+    # The three copies of one loop: the fastest is kept, the other two name it as their twin.
+    copies = ["base", "dup", "renamed"]
+    fastest = max(copies, key=lambda k: speed[k])
+    assert set(kept) == {fastest, "unrolled"}, (kept.keys(), dropped)
+    for k in copies:
+        if k != fastest:
+            assert dropped[k]["reason"] in ("duplicate", "renamed_copy") and dropped[k]["twin"] == fastest, dropped[k]
+    assert fastest == "renamed" or dropped["renamed"]["reason"] == "renamed_copy"
+    assert speed["slow"] < speed[fastest] / 5, speed
+    assert dropped["slow"]["reason"] == "slower_twin" and dropped["slow"]["twin"] == fastest
+    assert dropped["wrong"]["reason"] == "rejected" and dropped["wrong"]["verdict"] == "incorrect"
+    assert dropped["broken"]["reason"] == "rejected" and dropped["broken"]["verdict"] == "compile_error"
+    # SFT rows: the task prompt (the problem's source in it) and the answer as the model wrote it.
+    add_src = open(os.path.join(ROOT, "tests", "cases", "problems", "1_Add.py")).read()
+    for k, r in kept.items():
+        user, assistant = r["messages"]
+        assert user["role"] == "user" and add_src in user["content"] and "ModelNew" in user["content"]
+        assert assistant["role"] == "assistant" and assistant["content"].startswith("The sum, one loop.")
+        assert r["problem"] == "1_Add" and r["speedup"] == pytest.approx(speed[k])
+    rep = json.load(open(out / "report.json"))
+    assert rep["problems"] == 2 and rep["problems_covered"] == 1 and rep["coverage"] == 0.5
+    assert rep["kept"] == 2 and rep["samples"] == 7
+    assert rep["pass_rate"] == pytest.approx(5 / 7)
+    assert rep["mean_pairwise_similarity_after"] < rep["mean_pairwise_similarity_before"]
+    assert rep["dropped"]["slower_twin"] == 1 and rep["dropped"]["rejected"] == 2
+    return kept, dropped
+
+
+def test_planted_answers_selected_and_trained(setup):
+    base, problems, samples, model = setup
+    out = base / "run"
+    extra = []
+    if model:
+        extra = ["--model", model, "--train", "--train-args",
+                 "--max-steps 2 --device cpu --tokens-per-step 8192 --max-len 4096 --lr 1e-3"]
+    r = mc(*rft_args(problems, samples, out, base / "cache"), *extra)
+    assert "coverage (>= 1 answer kept)" in r.stdout and "1 of 2 (50.0%)" in r.stdout, r.stdout
+    check_selection(out)
+    if model:
+        metrics = read_jsonl(out / "sft" / "metrics.jsonl")
+        assert [m["step"] for m in metrics if m["kind"] == "train"] == [1, 2]
+        assert os.path.isdir(out / "sft" / "checkpoints" / "step-00000002")
+    # A rerun judges nothing again: every verdict is reused, the selection is the same.
+    before = (out / "dataset.jsonl").read_text()
+    r = mc(*rft_args(problems, samples, out, base / "cache"))
+    assert "7 answers already judged" in r.stderr and "0 to judge" in r.stderr, r.stderr
+    assert (out / "dataset.jsonl").read_text() == before
+
+
+def test_planted_answers_through_the_service(setup):
+    base, problems, samples, _ = setup
+    tmp = base / "serve"
+    tmp.mkdir()
+    p = subprocess.Popen([BINARY, "serve", "--port", "0", "--device", "cpu", "--allow-inline-problems",
+                          "--cache-dir", str(base / "cache"), "--timing-budget", "0.3"],
+                         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "w"), text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, (tmp / "serve.log").read_text()
+        url = line.split("listening on ")[1].split()[0]
+        out = base / "via-service"
+        mc(*rft_args(problems, samples, out, base / "cache"), "--verifier", url)
+        check_selection(out)
+    finally:
+        p.terminate()
+        p.wait(20)
+
+
+@pytest.mark.skipif(not HAS_MODEL, reason="musacoder built without libtorch")
+def test_sampling_from_a_model(setup):
+    base, problems, _, model = setup
+    out = base / "sampled"
+    args = ["rft", "--model", model, "--problems", problems, "--samples", "2", "--max-new-tokens", "6",
+            "--model-device", "cpu", "--out", out, "--device", "cpu", "--cache-dir", base / "cache", "--no-progress",
+            "--seed", "5"]
+    mc(*args)
+    prompts = read_jsonl(out / "prompts.jsonl")
+    assert [p["id"] for p in prompts] == ["1_Add", "2_ReLU"]
+    assert "Write a single .cu file" in prompts[0]["messages"][0]["content"]  # --format native (default)
+    samples = read_jsonl(out / "samples.jsonl")
+    assert sorted((s["id"], s["sample"]) for s in samples) == [("1_Add", 0), ("1_Add", 1), ("2_ReLU", 0), ("2_ReLU", 1)]
+    verified = read_jsonl(out / "verified.jsonl")
+    assert len(verified) == 4
+    # A random tiny model writes no kernel: every answer is dropped, each with its verdict.
+    assert (out / "dataset.jsonl").read_text() == ""
+    assert all(d["reason"] == "rejected" for d in read_jsonl(out / "dropped.jsonl"))
+    # The same settings again: the samples are reused, not drawn again.
+    r = mc(*args)
+    assert "reusing" in r.stderr
+    # Another slice, without the policy: the samples file is verified; nothing is judged twice.
+    r = mc("rft", "--problems", problems, "--samples-from", out / "samples.jsonl", "--out", out, "--device", "cpu",
+           "--cache-dir", base / "cache", "--no-progress")
+    assert "4 answers already judged" in r.stderr and "0 to judge" in r.stderr, r.stderr
+    # --train with nothing kept says so.
+    r = mc(*args, "--train", check=False)
+    assert r.returncode != 0 and "no answer was kept" in r.stderr
+
+
+def test_clear_errors(setup, tmp_path):
+    base, problems, samples, _ = setup
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"problem": "1_Add", "answer": "x"}\n{not json\n')
+    # As in `musacoder eval`, every input line gets its row: the malformed one is dropped naming
+    # its file and line.
+    mc(*rft_args(problems, bad, tmp_path / "o1", base / "cache"))
+    why = [d["why"] for d in read_jsonl(tmp_path / "o1" / "dropped.jsonl")]
+    assert any("malformed JSONL line" in w and "bad.jsonl:2" in w for w in why), why
+    r = mc(*rft_args(tmp_path / "nowhere", samples, tmp_path / "o2", base / "cache"), check=False)
+    assert r.returncode != 0 and "nowhere" in r.stderr
+    r = mc("rft", "--problems", problems, "--out", tmp_path / "o3", "--device", "cpu", check=False)
+    assert r.returncode != 0 and "--model" in r.stderr
+    # An output folder that cannot be made (its parent is a file; root may write anywhere else).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    r = mc(*rft_args(problems, samples, blocker / "out", base / "cache"), check=False)
+    assert r.returncode != 0 and "--out: cannot create" in r.stderr and "a-file" in r.stderr, r.stderr
