@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs and is run by name)   BIN=path/to/musacoder (default: build it)
+#   2+ GPUs, and rft-small takes several slices: both are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -89,6 +89,23 @@ for stage in $STAGES; do
       "$BIN" plot "$OUT/train-dp/work/one" "$OUT/train-dp/work/many" --out "$OUT/train-dp/curves.svg" \
         --metrics loss,grad_norm,tokens_per_s,peak_alloc_gib >/dev/null 2>&1 || true
       rm -rf "$OUT/train-dp/work" ;;
+    rft-small)
+      # A small model from scratch through synth -> SFT (loss curve) -> RFT (bench/small_model_rft.py).
+      # Resumable across slices: the work folder (.gl/rft-work, carry it) keeps each stage's outputs.
+      W=${RFT_WORK:-$PWD/.gl/rft-work}
+      mkdir -p "$W"
+      # shellcheck disable=SC2086
+      python3 bench/small_model_rft.py --musacoder "$BIN" --work "$W" ${RFT_ARGS:-} 2>&1 | tee -a "$OUT/rft-small.log" || rc=1
+      [ -d "$W/sft" ] && "$BIN" plot "$W/sft" --out "$W/sft_curves.svg" --metrics loss,eval_loss,lr,tokens_per_s >/dev/null 2>&1
+      [ -f "$W/rft/report.txt" ] && cat "$W/rft/report.txt"
+      # What comes back (one archive): everything but the weights, synth's scratch, and the token
+      # ids / log-probs of the samples.
+      if [ -f "$W/rft/samples.jsonl" ]; then
+        python3 -c 'import json,sys
+rows=[json.loads(l) for l in open(sys.argv[1])]
+open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","id","text","finish_reason","prompt_tokens") if k in r})+"\n" for r in rows)' "$W/rft/samples.jsonl"
+      fi
+      tar czf "$OUT/rft-small.tgz" -C "$W" --exclude=./model --exclude=./sft/checkpoints --exclude=./synth/work . ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).
