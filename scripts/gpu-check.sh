@@ -75,6 +75,8 @@ for stage in $STAGES; do
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
       # and batch, in this run; then the curves as an image.
+      python3 tests/gpu/train_fused_parity.py --musacoder "$BIN" --out "$OUT/train-parity" 2>&1 | tail -3 | tee "$OUT/train-parity.log" || rc=1
+      rm -rf "$OUT/train-parity"
       # shellcheck disable=SC2086
       python3 bench/sft_bench.py --musacoder "$BIN" --out "$OUT/train" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train.log" || rc=1
       "$BIN" plot "$OUT/train/work/ours" --out "$OUT/train/sft_curves.svg" >/dev/null 2>&1 || true

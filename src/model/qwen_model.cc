@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -12,6 +13,9 @@
 
 #include "common/check.h"
 #include "model/safetensors.h"
+#ifdef MUSACODER_CUDA
+#include "model/swiglu_kernel.h"
+#endif
 
 namespace mc::model {
 namespace fs = std::filesystem;
@@ -114,6 +118,20 @@ struct CheckpointedLayer : torch::autograd::Function<CheckpointedLayer> {
   }
 };
 
+#ifdef MUSACODER_CUDA
+// silu(gate) * up in one CUDA kernel each way (model/swiglu_kernel.cu), with the math and
+// roundings of the ATen ops of the CPU path.
+struct SwiGlu : torch::autograd::Function<SwiGlu> {
+  static at::Tensor forward(torch::autograd::AutogradContext* ctx, const at::Tensor& gate_up) {
+    ctx->save_for_backward({gate_up});
+    return swiglu_forward_cuda(gate_up);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    return {swiglu_backward_cuda(grad[0], ctx->get_saved_variables()[0])};
+  }
+};
+#endif
+
 }  // namespace
 
 QwenModel QwenModel::load(const std::string& dir, c10::Device device, c10::ScalarType dtype) {
@@ -204,6 +222,11 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> QwenModel::qkv(const Layer& l, co
 
 at::Tensor QwenModel::mlp(const Layer& l, const at::Tensor& x) const {
   auto gu = at::linear(x, l.gate_up_w);
+#ifdef MUSACODER_CUDA
+  // MUSACODER_UNFUSED_SWIGLU=1 takes the ATen ops instead (tests compare the two on a GPU).
+  static const bool fused = !std::getenv("MUSACODER_UNFUSED_SWIGLU");
+  if (fused && gu.is_cuda()) return at::linear(SwiGlu::apply(gu.contiguous()), l.down_w);
+#endif
   auto parts = gu.chunk(2, -1);
   return at::linear(at::silu(parts[0]) * parts[1], l.down_w);
 }
