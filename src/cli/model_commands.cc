@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/jsonl.h"
 #include "common/progress.h"
 #include "generate/engine.h"
 #include "generate/openai_server.h"
@@ -43,24 +44,6 @@ std::optional<tok::BpeTokenizer> load_tokenizer(const std::string& dir) {
   auto path = fs::path(dir) / "tokenizer.json";
   if (!fs::exists(path)) return std::nullopt;
   return tok::BpeTokenizer::from_file(path.string());
-}
-
-std::vector<json> read_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  MC_CHECK(in, "cannot read ", path);
-  std::vector<json> rows;
-  size_t n = 0;
-  for (std::string line; std::getline(in, line);) {
-    ++n;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      rows.push_back(json::parse(line));
-    } catch (const std::exception& e) {
-      throw Error(fmt::format("{}:{}: not JSON: {}", path, n, e.what()));
-    }
-    MC_CHECK(rows.back().is_object(), path, ":", n, ": expected a JSON object");
-  }
-  return rows;
 }
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }

@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/hash.h"
+#include "common/jsonl.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "eval/candidates.h"
@@ -30,23 +31,6 @@ struct RftProblem {
   eval::ProblemPtr problem;
   std::string prompt;
 };
-
-std::vector<json> read_jsonl(const fs::path& path) {
-  std::ifstream in(path);
-  MC_CHECK(in, "cannot read ", path.string());
-  std::vector<json> rows;
-  std::string line;
-  for (size_t n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    try {
-      rows.push_back(json::parse(line));
-    } catch (const json::exception& e) {
-      throw Error(str_cat(path.string(), ":", n, ": not a JSON object (", e.what(), ")"));
-    }
-    MC_CHECK(rows.back().is_object(), path.string(), ":", n, ": expected a JSON object");
-  }
-  return rows;
-}
 
 // Step 1: a folder of KernelBench problems, or synth's problems.jsonl.
 std::vector<RftProblem> load_rft_problems(const RftOptions& o) {
@@ -90,7 +74,7 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
   // Rows of `musacoder-model generate` ({id, sample, text}) -> candidates.
   auto from_generate = [&](const fs::path& file) {
     std::vector<eval::Candidate> cands;
-    auto rows = read_jsonl(file);
+    auto rows = read_jsonl(file.string());
     for (size_t i = 0; i < rows.size(); ++i) {
       const json& r = rows[i];
       MC_CHECK(r.contains("id") && r.contains("text") && r.contains("sample"), file.string(), ":", i + 1,
@@ -166,7 +150,7 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
   // Earlier rows of the same answers under the same settings (a run that stopped midway).
   std::map<std::string, json> earlier;
   if (fs::exists(path))
-    for (auto& r : read_jsonl(path))
+    for (auto& r : read_jsonl(path.string()))
       if (r.contains("key") && r.contains("result") && r["result"].value("config_hash", "") == cfg_hash &&
           r["result"].value("verdict", "") != "infra_error")
         earlier[r["key"].get<std::string>()] = r;
@@ -217,10 +201,13 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
     co.url = o.verifier_url;
     co.token = o.verifier_token;
     std::vector<serve::VerifyItem> items;
-    std::vector<size_t> sent;
+    std::vector<size_t> sent, rest;  // rest: judged locally below (unknown problem, unreadable input)
     for (size_t i : todo) {
       const auto& c = cands[i];
-      if (!c.problem || !c.input_error.empty()) continue;  // judged locally below: it cannot be sent
+      if (!c.problem || !c.input_error.empty()) {
+        rest.push_back(i);
+        continue;
+      }
       serve::VerifyItem it;
       it.problem_source = c.problem->source;
       it.problem_name = c.problem->stem;
@@ -233,10 +220,7 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
     serve::VerifyClient client(co);
     auto got = client.verify(items);
     for (size_t k = 0; k < got.size(); ++k) record(sent[k], eval::result_from_json(got[k]));
-    // Items that could not be sent (unknown problem, unreadable input) still get their row.
-    std::vector<size_t> rest;
-    for (size_t i : todo)
-      if (!cands[i].problem || !cands[i].input_error.empty()) rest.push_back(i);
+    // Items that could not be sent still get their row.
     if (!rest.empty()) {
       eval::EvaluatorOptions eo = o.evaluator;
       eo.progress = false;
