@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+
+#include "cli/run_options.h"
+#include "common/check.h"
+#include "rl/trainer.h"
 #include "train/dataset.h"
 #include "train/sft.h"
 
@@ -14,12 +19,20 @@ struct TrainCommands::Impl {
   std::vector<std::string> data, eval_data;
   double bucket_mb = 128;
   bool no_progress = false, no_packing = false;
+  // train rl
+  CLI::App* rl = nullptr;
+  rl::RlOptions r;
+  std::string verify_device = "cuda", verify_gpus, cache_dir;
+  double rl_bucket_mb = 128;
+  bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
+  int compile_workers = 0, spares = 0;
+  std::string cuda_arch;
 };
 
 TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   auto& o = m.o;
-  m.train = app.add_subcommand("train", "train a policy model (sft)");
+  m.train = app.add_subcommand("train", "train a policy model (sft, rl)");
   m.train->require_subcommand(1);
   auto* s = m.sft = m.train->add_subcommand("sft", "supervised fine-tuning on chat, prompt/completion or text JSONL");
   s->add_option("--model", o.model_dir, "Hugging Face model directory to start from")->required();
@@ -54,6 +67,74 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_flag("--no-progress", m.no_progress, "no progress bar");
   s->add_option("--exit-after-step", o.kill_after_step, "testing: SIGKILL this process right after step N (a crash)")
       ->group("");
+
+  // --- train rl ---------------------------------------------------------------------------
+  auto& r = m.r;
+  r.schedule.kind = "constant";
+  r.schedule.lr = 1e-6;
+  auto* l = m.rl = m.train->add_subcommand("rl", "multi-turn GRPO through MooreEval (PrimeEcho, Buffered Dynamic Retry, MirrorPop)");
+  l->add_option("--model", r.model_dir, "Hugging Face model directory to start from (the SFT checkpoint)")->required();
+  l->add_option("--problems", r.problems, "folder of KernelBench problems, or the problems.jsonl of `musacoder synth`")->required();
+  l->add_option("--out", r.out_dir, "run folder: checkpoints/, metrics.jsonl, tensorboard/, samples/")->required();
+  l->add_option("--format", r.format, "solution format the prompts ask for: native or kernelbench")->capture_default_str();
+  l->add_option("--level", r.level, "train on this level only (0: all)")->capture_default_str();
+  l->add_option("--order", r.order, "curriculum (level, then difficulty) or shuffle (per epoch)")->capture_default_str();
+  l->add_option("--group-size", r.group_size, "answers per prompt (G)")->capture_default_str();
+  l->add_option("--prompts-per-step", r.prompts_per_step, "prompts per step, over all ranks (repair tasks included)")->capture_default_str();
+  l->add_option("--max-steps", r.max_steps, "steps (wins over --epochs)");
+  l->add_option("--epochs", r.epochs, "passes over the problems")->capture_default_str();
+  l->add_option("--temperature", r.temperature)->capture_default_str();
+  l->add_option("--top-p", r.top_p)->capture_default_str();
+  l->add_option("--max-new-tokens", r.max_new_tokens, "tokens per answer")->capture_default_str();
+  l->add_option("--max-turns", r.max_turns, "answers per trajectory (1: single-turn GRPO)")->capture_default_str();
+  l->add_option("--max-seq-len", r.max_seq_len, "tokens of a whole conversation (the engine's cache length)")->capture_default_str();
+  l->add_option("--max-batch", r.max_batch, "sequences the engine decodes at once")->capture_default_str();
+  l->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  l->add_option("--alpha", r.prime_echo.alpha, "PrimeEcho: weight of the first turn")->capture_default_str();
+  l->add_option("--early-bonus", r.prime_echo.early_bonus, "PrimeEcho: bonus for a pass at turn 1")->capture_default_str();
+  l->add_option("--early-decay", r.prime_echo.early_decay, "PrimeEcho: the bonus shrinks by this per later turn")->capture_default_str();
+  l->add_flag("--no-primeecho", m.no_primeecho, "ablation: reward from the last turn only");
+  l->add_flag("--no-bdr", m.no_bdr, "ablation: all-failed groups are dropped, not buffered");
+  l->add_option("--bdr-capacity", r.retry.capacity, "retry buffer entries")->capture_default_str();
+  l->add_option("--bdr-prob", r.retry.reissue_prob, "probability that a batch slot is a repair task")->capture_default_str();
+  l->add_option("--bdr-max-reissues", r.retry.max_reissues, "re-issues before an entry expires")->capture_default_str();
+  l->add_flag("--no-mirrorpop", m.no_mirrorpop, "ablation: keep every sequence");
+  l->add_option("--mirror-delta", r.mirror_delta, "MirrorPop: drop a sequence whose mean |log ratio| exceeds this")->capture_default_str();
+  l->add_option("--lr", r.schedule.lr)->capture_default_str();
+  l->add_option("--min-lr", r.schedule.min_lr)->capture_default_str();
+  l->add_option("--warmup-steps", r.schedule.warmup_steps)->capture_default_str();
+  l->add_option("--schedule", r.schedule.kind, "constant or cosine")->capture_default_str();
+  l->add_option("--weight-decay", r.adamw.weight_decay)->capture_default_str();
+  l->add_option("--grad-clip", r.grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  l->add_option("--clip-low", r.loss.clip_low, "policy ratio clip below 1 (epsilon low)")->capture_default_str();
+  l->add_option("--clip-high", r.loss.clip_high, "policy ratio clip above 1 (epsilon high)")->capture_default_str();
+  l->add_option("--kl-coef", r.loss.kl_coef, "k3 KL to the starting model (0: off, no reference loaded)")->capture_default_str();
+  l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
+  l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
+  l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
+  l->add_option("--verifier", r.verifier_url, "MooreEval service URL (default: in process)");
+  l->add_option("--verifier-token", r.verifier_token, "bearer token for --verifier");
+  l->add_option("--verify-device", m.verify_device, "cuda, or cpu (judges on the CPU: tests)")->capture_default_str();
+  l->add_option("--verify-gpus", m.verify_gpus, "GPUs the judges time on (default: this rank's own, held while it generates and trains)");
+  l->add_option("--timing-budget", r.eval_config.timing_budget_s, "seconds of timing per callable")->capture_default_str();
+  l->add_option("--speed-weight", r.eval_config.reward.lambda, "reward weight of the speedup (lambda)")->capture_default_str();
+  l->add_option("--speed-cap", r.eval_config.reward.nu_max, "largest paid speedup - 1 (nu_max)")->capture_default_str();
+  l->add_option("--cache-dir", m.cache_dir, "compile cache and reference timings");
+  l->add_option("--compile-workers", m.compile_workers, "compile threads (0: half the cores)");
+  l->add_option("--spares", m.spares, "warm candidate processes per judge (0: default)");
+  l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");
+  l->add_option("--save-every", r.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
+  l->add_option("--keep", r.keep_last, "checkpoints kept")->capture_default_str();
+  l->add_option("--samples-every", r.samples_every, "write whole trajectories every N steps (0: never)")->capture_default_str();
+  l->add_option("--samples", r.samples_to_write, "trajectories written each time")->capture_default_str();
+  l->add_flag("--resume", r.resume, "continue from the newest checkpoint in --out");
+  l->add_option("--seed", r.seed, "data order, sampling, retry draws")->capture_default_str();
+  l->add_option("--device", r.device, "auto (cuda:LOCAL_RANK if CUDA, else cpu), cpu, cuda:N")->capture_default_str();
+  l->add_option("--dtype", r.dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp32")->capture_default_str();
+  l->add_flag("--no-progress", m.rl_no_progress, "no progress bar");
+  l->add_option("--plant", r.planted, "testing: JSONL of answers injected in place of the model's")->group("");
+  l->add_option("--exit-after-step", r.kill_after_step, "testing: SIGKILL right after step N")->group("");
+  l->add_option("--dump-steps", r.dump_dir, "testing: each step's batch and gradient (one rank)")->group("");
 }
 
 TrainCommands::~TrainCommands() = default;
@@ -71,6 +152,42 @@ std::optional<int> TrainCommands::run() {
     m.o.adamw.bucket_elements = static_cast<int64_t>(m.bucket_mb * 1048576 / 4);
     auto r = train::run_sft(m.o);
     if (r.main_rank) fmt::print(stderr, "sft: {} steps, last loss {:.4f}, checkpoint {}\n", r.steps, r.last_loss, r.last_checkpoint);
+    return 0;
+  }
+  if (*m.rl) {
+    auto& r = m.r;
+    MC_CHECK(m.verify_device == "cuda" || m.verify_device == "cpu", "--verify-device: '", m.verify_device, "' is not cuda or cpu");
+    MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
+             "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
+    MC_CHECK(r.verifier_url.empty() || m.verify_device == "cuda", "--verifier and --verify-device cpu contradict each other");
+    r.prime_echo.enabled = !m.no_primeecho;
+    r.bdr = !m.no_bdr;
+    r.mirror_pop = !m.no_mirrorpop;
+    r.progress = !m.rl_no_progress;
+    r.cuda_graphs = !m.no_graphs;
+    r.adamw.bucket_elements = static_cast<int64_t>(m.rl_bucket_mb * 1048576 / 4);
+    auto& e = r.evaluator;
+    e.device = m.verify_device;
+    e.cache_dir = m.cache_dir.empty() ? default_cache_dir() : m.cache_dir;
+    e.compile_workers = m.compile_workers;
+    e.spares = m.spares;
+    e.cuda_arch = m.cuda_arch;
+    e.progress = false;
+    e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();
+    MC_CHECK(std::filesystem::exists(e.sandbox_exe), "the verifier runs candidates through ", e.sandbox_exe,
+             ", which is missing (build the musacoder target)");
+    const char* lr_env = std::getenv("LOCAL_RANK");
+    int own = lr_env ? std::atoi(lr_env) : 0;
+    if (r.device.rfind("cuda:", 0) == 0) own = std::stoi(r.device.substr(5));
+    if (m.verify_gpus.empty()) {
+      e.gpus = {own};
+      r.hold_judges = true;  // they share our GPU: no timing while we generate or train
+    } else {
+      e.gpus = parse_gpus(m.verify_gpus);
+      r.hold_judges = std::find(e.gpus.begin(), e.gpus.end(), own) != e.gpus.end();
+    }
+    auto res = rl::run_rl(r);
+    if (res.main_rank) fmt::print(stderr, "rl: {} steps, checkpoint {}\n", res.steps, res.last_checkpoint);
     return 0;
   }
   return 2;

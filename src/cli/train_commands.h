@@ -1,5 +1,5 @@
-// `musacoder train sft` (libtorch; runs in musacoder-model). Started as one process, or
-// under torchrun / SLURM for data parallelism (src/train/distributed.h).
+// `musacoder train sft` and `musacoder train rl` (libtorch; run in musacoder-model). Started as
+// one process, or under torchrun / SLURM for data parallelism (src/train/distributed.h).
 #pragma once
 
 #include <CLI/CLI.hpp>

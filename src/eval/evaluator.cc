@@ -46,7 +46,7 @@ struct Evaluator::Impl {
   std::condition_variable cv;
   std::list<Item> pending;
   size_t executing = 0;
-  bool stop = false;
+  bool stop = false, held = false;
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
 
@@ -65,7 +65,7 @@ struct Evaluator::Impl {
   std::optional<Item> take_ready() {
     std::unique_lock lk(mu);
     while (true) {
-      for (auto it = pending.begin(); it != pending.end(); ++it) {
+      for (auto it = pending.begin(); !held && it != pending.end(); ++it) {
         if (it->compile_ready()) {
           Item item = std::move(*it);
           pending.erase(it);
@@ -129,6 +129,7 @@ Evaluator::~Evaluator() {
   {
     std::lock_guard lk(impl_->mu);
     impl_->stop = true;  // GPU threads finish what is queued, then leave
+    impl_->held = false;
   }
   impl_->cv.notify_all();
   for (auto& t : impl_->gpu_threads) t.join();
@@ -151,6 +152,14 @@ void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
     m.pending.push_back(std::move(it));
   }
   m.cv.notify_one();
+}
+
+void Evaluator::hold_execution(bool hold) {
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->held = hold;
+  }
+  impl_->cv.notify_all();
 }
 
 Evaluator::Stats Evaluator::stats() const {

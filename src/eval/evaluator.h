@@ -43,6 +43,11 @@ class Evaluator {
   std::vector<EvalResult> run(const std::vector<Candidate>& candidates,
                               const std::function<void(const EvalResult&)>& on_result = {});
 
+  // While held, no candidate starts executing on a GPU (compiles go on; one already executing
+  // finishes). A trainer holds the judges while its own work occupies the GPU they time on,
+  // so timings stay honest, and lets them go between generation and training.
+  void hold_execution(bool hold);
+
   // What the pipeline holds right now (for a service's /metrics and back-pressure).
   struct Stats {
     size_t compiling = 0;  // waiting for the compile pool

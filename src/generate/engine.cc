@@ -38,6 +38,7 @@ struct Pending {
   int remaining = 0;
   std::promise<std::vector<Completion>> promise;
   std::exception_ptr error;
+  std::function<void(int, const Completion&)> on_complete;
 };
 
 struct Seq {
@@ -100,6 +101,7 @@ struct GenerationEngine::Impl {
     s.c.finish_reason = reason;
     if (tok) s.c.text = s.bytes.substr(0, text_bytes);
     Pending& p = *s.owner;
+    if (p.on_complete) p.on_complete(s.sample, s.c);
     p.results[s.sample] = std::move(s.c);
     if (--p.remaining == 0) p.promise.set_value(std::move(p.results));
     free_slots.insert(s.slot);
@@ -363,11 +365,18 @@ std::future<std::vector<Completion>> GenerationEngine::submit(GenerationRequest 
 }
 
 std::vector<std::vector<Completion>> GenerationEngine::generate(const std::vector<GenerationRequest>& requests,
-                                                                const std::function<void(int64_t)>& on_tokens) {
+                                                                const std::function<void(int64_t)>& on_tokens,
+                                                                const CompletionCallback& on_complete) {
   MC_CHECK(!impl_->worker.joinable(), "generate() while the engine's server thread runs; use submit()");
   for (const auto& r : requests) validate(r);
   std::vector<std::future<std::vector<Completion>>> futures;
-  for (const auto& r : requests) futures.push_back(submit(r));
+  for (size_t i = 0; i < requests.size(); ++i) {
+    futures.push_back(submit(requests[i]));
+    if (on_complete) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      impl_->waiting.back()->on_complete = [&on_complete, i](int sample, const Completion& c) { on_complete(i, sample, c); };
+    }
+  }
   int64_t seen = stats_.generated_tokens;
   while (impl_->step()) {
     if (on_tokens) on_tokens(stats_.generated_tokens - seen);

@@ -72,9 +72,13 @@ class GenerationEngine {
   ~GenerationEngine();
 
   // Runs the requests to completion on the calling thread; result[i] has params.n completions.
-  // on_tokens(k) is called as k more tokens are generated (for progress bars).
+  // on_tokens(k) is called as k more tokens are generated (for progress bars); on_complete
+  // (request, sample, completion) as each sample finishes, before the others (a verifier can
+  // start compiling it while the rest are still being generated).
+  using CompletionCallback = std::function<void(size_t request, int sample, const Completion&)>;
   std::vector<std::vector<Completion>> generate(const std::vector<GenerationRequest>& requests,
-                                                const std::function<void(int64_t)>& on_tokens = {});
+                                                const std::function<void(int64_t)>& on_tokens = {},
+                                                const CompletionCallback& on_complete = {});
 
   // For servers: a background thread runs the engine; submit() from any thread.
   void start();

@@ -21,46 +21,14 @@
 #include "eval/result.h"
 #include "serve/client.h"
 #include "synth/prompt.h"
+#include "synth/task_set.h"
 
 namespace mc::rft {
 namespace {
 
 using nlohmann::json;
 
-struct RftProblem {
-  eval::ProblemPtr problem;
-  std::string prompt;
-};
-
-// Step 1: a folder of KernelBench problems, or synth's problems.jsonl.
-std::vector<RftProblem> load_rft_problems(const RftOptions& o) {
-  MC_CHECK(o.format == "native" || o.format == "kernelbench", "--format: '", o.format,
-           "' is not native or kernelbench");
-  std::vector<RftProblem> out;
-  if (fs::is_directory(o.problems)) {
-    for (auto& p : eval::load_problems(o.problems, o.level)) out.push_back({p, synth::task_prompt(p->source, o.format)});
-    return out;
-  }
-  MC_CHECK(fs::is_regular_file(o.problems), "--problems: no folder or file ", o.problems);
-  const fs::path base = fs::path(o.problems).parent_path();
-  auto rows = read_jsonl(o.problems);
-  for (size_t i = 0; i < rows.size(); ++i) {
-    const json& r = rows[i];
-    MC_CHECK(r.contains("path") && r["path"].is_string(), o.problems, ":", i + 1,
-             ": a problems.jsonl row needs \"path\" (the problem file, relative to the JSONL's folder)");
-    fs::path path = base / r["path"].get<std::string>();
-    auto p = eval::load_problem(path.string(), r.value("level", 0));
-    std::string prompt;
-    if (r.contains("prompts") && r["prompts"].contains(o.format)) prompt = r["prompts"][o.format].get<std::string>();
-    else prompt = synth::task_prompt(p->source, o.format);
-    out.push_back({p, prompt});
-  }
-  MC_CHECK(!out.empty(), o.problems, ": no problems");
-  std::set<std::string> keys;
-  for (const auto& p : out)
-    MC_CHECK(keys.insert(p.problem->key).second, o.problems, ": problem ", p.problem->key, " appears twice");
-  return out;
-}
+using RftProblem = synth::Task;
 
 // Step 2: K answers per problem from the policy (or --samples-from).
 std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vector<RftProblem>& problems) {
@@ -249,7 +217,7 @@ RftResult run_rft(const RftOptions& o) {
   }
   fs::remove(out / ".write-test");
 
-  auto problems = load_rft_problems(o);
+  auto problems = synth::load_tasks(o.problems, o.format, o.level);  // step 1
   std::map<std::string, const RftProblem*> by_key;
   for (const auto& p : problems) by_key[p.problem->key] = &p;
   auto cands = sample_answers(o, problems);

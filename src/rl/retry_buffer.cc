@@ -50,8 +50,9 @@ std::vector<RetryEntry> RetryBuffer::draw(size_t slots) {
 
 void RetryBuffer::repaired(const std::string& problem) {
   auto it = std::find_if(q_.begin(), q_.end(), [&](const RetryEntry& x) { return x.problem == problem; });
+  if (it == q_.end()) return;  // not waiting (expired, evicted, or never failed)
   ++c_.repaired;
-  if (it != q_.end()) q_.erase(it);
+  q_.erase(it);
 }
 
 nlohmann::json RetryBuffer::to_json() const {

@@ -46,7 +46,8 @@ class RetryBuffer {
   // reissue_prob, taken from the front (at most the buffer's size). An entry re-issued for the
   // max_reissues-th time leaves the buffer (expired); the others go to the back.
   std::vector<RetryEntry> draw(size_t slots);
-  // The problem was repaired (a re-issued task passed): it leaves the buffer.
+  // The problem was repaired (one of its answers passed): it leaves the buffer (a no-op for a
+  // problem not waiting there).
   void repaired(const std::string& problem);
 
   size_t size() const { return q_.size(); }

@@ -71,7 +71,7 @@ void save_checkpoint(const std::string& out_dir, int64_t step, const model::Qwen
     // The model first: QwenModel::save clears *.safetensors in its folder.
     model.save(tmp.string(), model.dtype());
     copy_model_files(source_model_dir, tmp);
-    std::ofstream((tmp / "trainer_state.json").string()) << state.dump(2) << "\n";
+    std::ofstream((tmp / "trainer_state.json").string()) << state.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
   dist.barrier();
   // Every rank: its optimizer shard.

@@ -52,7 +52,83 @@ struct LinearCrossEntropy : torch::autograd::Function<LinearCrossEntropy> {
   }
 };
 
+// Logits of rows [r0, r0 + m) in fp32, divided by the temperature.
+at::Tensor chunk_logits(const at::Tensor& h, const at::Tensor& weight, double temperature) {
+  const bool low = h.is_cuda() && (h.scalar_type() == at::kBFloat16 || h.scalar_type() == at::kHalf);
+  auto logits = low ? at::mm(h, weight.t(), at::kFloat) : at::linear(h, weight).to(at::kFloat);
+  if (temperature != 1.0) logits.div_(temperature);
+  return logits;
+}
+
+struct LinearTokenLogProbs : torch::autograd::Function<LinearTokenLogProbs> {
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& hidden,
+                                                const at::Tensor& weight, const at::Tensor& targets, double temperature,
+                                                int64_t chunk_rows) {
+    const int64_t n = hidden.size(0);
+    auto logp = at::empty({n}, hidden.options().dtype(at::kFloat));
+    auto entropy = at::empty({n}, hidden.options().dtype(at::kFloat));
+    auto lse_all = at::empty({n}, hidden.options().dtype(at::kFloat));
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+      int64_t m = std::min(chunk_rows, n - r0);
+      auto t = targets.narrow(0, r0, m);
+      auto z = chunk_logits(hidden.narrow(0, r0, m), weight, temperature);  // [m, V]
+      auto lse = at::logsumexp(z, -1);
+      lse_all.narrow(0, r0, m).copy_(lse);
+      logp.narrow(0, r0, m).copy_(z.gather(1, t.unsqueeze(1)).squeeze(1) - lse);
+      // H = lse - sum p z
+      auto p = (z - lse.unsqueeze(1)).exp_();
+      entropy.narrow(0, r0, m).copy_(lse - (p * z).sum(-1));
+    }
+    ctx->save_for_backward({hidden, weight, targets, lse_all});
+    ctx->saved_data["temperature"] = temperature;
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    ctx->mark_non_differentiable({entropy});
+    return {logp, entropy};
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    auto saved = ctx->get_saved_variables();
+    const at::Tensor &hidden = saved[0], &weight = saved[1], &targets = saved[2], &lse_all = saved[3];
+    const double temperature = ctx->saved_data["temperature"].toDouble();
+    const int64_t chunk_rows = ctx->saved_data["chunk_rows"].toInt();
+    const int64_t n = hidden.size(0);
+    at::Tensor g = grad[0].defined() ? grad[0].to(at::kFloat) : at::zeros({n}, hidden.options().dtype(at::kFloat));
+    auto grad_h = at::empty_like(hidden);
+    auto grad_w = at::zeros(weight.sizes(), weight.options().dtype(at::kFloat));
+    const bool low = hidden.is_cuda() && (hidden.scalar_type() == at::kBFloat16 || hidden.scalar_type() == at::kHalf);
+    for (int64_t r0 = 0; r0 < n; r0 += chunk_rows) {
+      int64_t m = std::min(chunk_rows, n - r0);
+      auto h = hidden.narrow(0, r0, m);
+      auto t = targets.narrow(0, r0, m);
+      auto gr = g.narrow(0, r0, m);
+      // d logp / d z = one_hot - softmax(z); z = logits / T, so d/d logits carries 1/T.
+      auto G = chunk_logits(h, weight, temperature).sub_(lse_all.narrow(0, r0, m).unsqueeze(1)).exp_();
+      G.mul_(gr.unsqueeze(1)).neg_();
+      G.scatter_add_(1, t.unsqueeze(1), gr.unsqueeze(1));
+      if (temperature != 1.0) G.div_(temperature);
+      auto G_low = G.to(hidden.scalar_type());
+      auto gh = grad_h.narrow(0, r0, m);
+      at::mm_out(gh, G_low, weight);
+      if (low) {
+        grad_w.add_(at::mm(G_low.t(), h, at::kFloat));
+      } else {
+        grad_w.addmm_(G.t(), h.to(at::kFloat));
+      }
+    }
+    return {grad_h, grad_w.to(weight.scalar_type()), at::Tensor(), at::Tensor(), at::Tensor()};
+  }
+};
+
 }  // namespace
+
+TokenLogProbs linear_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                    double temperature, int64_t chunk_rows) {
+  MC_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+           "linear_token_logprobs: hidden [n, H] and weight [V, H] expected");
+  MC_CHECK(targets.dim() == 1 && targets.size(0) == hidden.size(0), "linear_token_logprobs: one target per row expected");
+  MC_CHECK(temperature > 0, "linear_token_logprobs: temperature must be > 0, got ", temperature);
+  auto out = LinearTokenLogProbs::apply(hidden, weight, targets.to(hidden.device(), at::kLong), temperature, chunk_rows);
+  return {out[0], out[1]};
+}
 
 at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                     int64_t chunk_rows) {

@@ -15,4 +15,15 @@ namespace mc::train {
 at::Tensor linear_cross_entropy_sum(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
                                     int64_t chunk_rows = 4096);
 
+// The log-probability of each row's target under softmax(hidden @ weight^T / temperature), as
+// RL needs it per token (the policy ratio), with the same chunking: logp [n] fp32,
+// differentiable in hidden and weight, and the entropy of each row's distribution [n] fp32
+// (no gradient; logged). Unlike the summed loss above, the gradient arriving per row is not
+// known in forward, so backward recomputes each chunk's logits instead of keeping [n, vocab].
+struct TokenLogProbs {
+  at::Tensor logp, entropy;
+};
+TokenLogProbs linear_token_logprobs(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& targets,
+                                    double temperature = 1.0, int64_t chunk_rows = 4096);
+
 }  // namespace mc::train

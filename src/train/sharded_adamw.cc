@@ -98,7 +98,7 @@ void ShardedAdamW::after_backward() {
     for (auto& b : buckets_) launch(b);
 }
 
-double ShardedAdamW::finish_gradients(double max_norm) {
+double ShardedAdamW::finish_gradients(double max_norm, double scale) {
   std::vector<at::Tensor> pieces;
   for (auto& b : buckets_) {
     MC_INTERNAL_ASSERT(b.launched, "finish_gradients before the last micro-batch's after_backward");
@@ -106,6 +106,7 @@ double ShardedAdamW::finish_gradients(double max_norm) {
     b.work.reset();
     pieces.push_back(b.grad_piece);
   }
+  if (scale != 1.0) at::_foreach_mul_(pieces, at::Scalar(scale));
   auto norms = at::_foreach_norm(pieces, 2);
   auto sq = at::stack(norms).to(at::kDouble).pow(2).sum().reshape({1});
   dist_.all_reduce_sum(sq);
@@ -116,6 +117,13 @@ double ShardedAdamW::finish_gradients(double max_norm) {
     at::_foreach_mul_(pieces, at::Scalar(static_cast<float>(coef)));
   }
   return norm;
+}
+
+void ShardedAdamW::expose_gradients() {
+  MC_CHECK(dist_.world() == 1, "expose_gradients: one rank only (other ranks hold only their pieces)");
+  c10::AutoGradMode no_grad(false);
+  for (size_t i = 0; i < params_.size(); ++i)
+    params_[i].mutable_grad() = grads_.narrow(0, offset_[i], params_[i].numel()).view(params_[i].sizes()).clone();
 }
 
 void ShardedAdamW::step(double lr) {

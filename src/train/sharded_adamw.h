@@ -50,9 +50,15 @@ class ShardedAdamW {
   // After each backward: frees the parameters' .grad; after the last, starts the reduction
   // of buckets whose parameters got no gradient. A rank with no micro-batch calls only this.
   void after_backward();
-  // Waits for the reductions; returns the global gradient norm before clipping; clips to
-  // max_norm when max_norm > 0 (torch.nn.utils.clip_grad_norm_'s arithmetic).
-  double finish_gradients(double max_norm);
+  // Waits for the reductions; multiplies the gradients by `scale` (a loss whose normalizer is
+  // known only after backward: RL's global count of trained tokens); returns the global
+  // gradient norm before clipping; clips to max_norm when max_norm > 0
+  // (torch.nn.utils.clip_grad_norm_'s arithmetic).
+  double finish_gradients(double max_norm, double scale = 1.0);
+  // One rank, after finish_gradients: the reduced (scaled, clipped) gradient of each parameter
+  // set as its .grad, so model.named_gradients() shows what the update will use (tests compare
+  // it with a PyTorch reference). after_backward() clears them again.
+  void expose_gradients();
   // Decoupled weight decay (matrices only, not norms and biases) and the AdamW update of the
   // owned pieces, then the parameters are gathered and written back.
   void step(double lr);

@@ -1,0 +1,104 @@
+// Multi-turn rollouts with execution feedback. For each prompt of the step (a task, or a
+// Buffered Dynamic Retry repair task whose conversation already holds a failed answer and
+// MooreEval's feedback on it):
+//   turn 1   G answers from the engine (one prefill shared by the G samples), each with the
+//            engine's log-probability of every sampled token; each answer goes to MooreEval the
+//            moment it is sampled, so its compile runs while the others are still generated;
+//   turn k   every trajectory that has not passed continues the conversation: MooreEval's
+//            feedback becomes the next user turn (synth::repair_prompt), and the policy answers
+//            again, up to max_turns. A trajectory stops once it passes, when its verification
+//            failed (infra error: never scored), or when the conversation no longer fits.
+// On a GPU shared with generation, the judges are held while the engine runs (compiles go on)
+// and released between turns, so no timing is taken while our own kernels occupy the GPU.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "eval/result.h"
+#include "generate/engine.h"
+#include "model/qwen_model.h"
+#include "rl/verifier.h"
+#include "synth/task_set.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
+
+namespace mc::rl {
+
+struct RolloutPrompt {
+  size_t task = 0;                      // index into the task set
+  bool repair = false;                  // a repair task from the retry buffer
+  std::vector<tok::ChatTurn> messages;  // the conversation the first answer continues
+  uint64_t seed = 0;                    // sampling seed of this prompt's group
+};
+
+struct TurnRecord {
+  std::vector<int32_t> context;  // the prompt tokens this answer continued
+  std::vector<int32_t> tokens;   // the answer, its stop token included
+  std::vector<float> logprobs;   // the rollout policy's, one per token
+  std::string text, finish_reason;
+  eval::EvalResult result;
+  bool planted = false;          // tests: the answer was injected, not sampled
+  bool passed() const { return result.verdict == eval::Verdict::kOk; }
+  bool infra() const { return result.is_infra() || !result.reward; }
+  double score() const { return result.reward.value_or(0.0); }  // s_k
+};
+
+struct Trajectory {
+  size_t prompt = 0;  // index into the step's prompts
+  int sample = 0;
+  std::vector<TurnRecord> turns;
+  std::string stop_reason;  // passed | max_turns | infra_error | context_full
+  double reward = 0, advantage = 0;
+  bool infra() const { return stop_reason == "infra_error"; }
+  int first_pass() const;  // 1-based turn of the first passing answer; 0: none
+};
+
+// Test hook: answers that replace the model's for (problem key, step, turn, sample); a row
+// without a step applies to every step. Their log-probabilities are computed by the model
+// itself, as the engine would report them.
+struct PlantedAnswers {
+  std::map<std::tuple<std::string, int64_t, int, int>, std::string> answers;  // step 0: any
+  // JSONL rows {"problem", "step"?, "turn", "sample", "answer"}; throws mc::Error naming a bad row.
+  static PlantedAnswers load(const std::string& path);
+  const std::string* find(const std::string& problem, int64_t step, int turn, int sample) const;
+};
+
+struct RolloutOptions {
+  int group_size = 8, max_turns = 3;
+  gen::SamplingParams sampling;  // temperature, top_p, max_new_tokens (n and seed are set per prompt)
+  bool hold_judges = true;       // hold the judges while generating (they share our GPU)
+  bool progress = true;
+  std::string tag;               // sample ids: "<tag>-p<prompt>-g<sample>-t<turn>"
+  int64_t step = 0;              // 1-based, for planted answers
+};
+
+struct RolloutStats {
+  double generate_s = 0, verify_wait_s = 0;  // engine time; waiting for MooreEval after generating
+  int64_t generated_tokens = 0, answers = 0;
+};
+
+class RolloutRunner {
+ public:
+  // All references must outlive the runner. `planted` may be null.
+  RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
+                Verifier& verifier, const PlantedAnswers* planted);
+  // Trajectories prompt by prompt, G each, in order.
+  std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
+                              const RolloutOptions& o, RolloutStats* stats);
+  // ChatML with the generation prompt, tokenized.
+  std::vector<int32_t> encode_conversation(const std::vector<tok::ChatTurn>& messages) const;
+
+ private:
+  gen::GenerationEngine& engine_;
+  const model::QwenModel& model_;
+  const tok::BpeTokenizer& tok_;
+  Verifier& verifier_;
+  const PlantedAnswers* planted_;
+  int32_t im_end_ = -1;
+};
+
+}  // namespace mc::rl

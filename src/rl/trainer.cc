@@ -1,0 +1,580 @@
+#include "rl/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <random>
+
+#include <c10/core/GradMode.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/check.h"
+#include "common/progress.h"
+#include "generate/counter_rng.h"
+#include "generate/engine.h"
+#include "model/device.h"
+#include "model/qwen_model.h"
+#include "model/safetensors.h"
+#include "rl/advantages.h"
+#include "rl/mirror_pop.h"
+#include "rl/rollout.h"
+#include "rl/verifier.h"
+#include "synth/prompt.h"
+#include "synth/task_set.h"
+#include "tokenizer/bpe_tokenizer.h"
+#include "train/batching.h"
+#include "train/checkpoint.h"
+#include "train/dataset.h"
+#include "train/distributed.h"
+#include "train/loss.h"
+#include "train/metrics.h"
+
+namespace mc::rl {
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Model-written text may hold invalid UTF-8 (a sample cut inside a character): written replaced.
+std::string dump_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void check_options(const RlOptions& o) {
+  MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "config.json"), "--model ", o.model_dir,
+           " is not a model directory (no config.json)");
+  MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "tokenizer.json"), "--model ", o.model_dir,
+           " has no tokenizer.json (rollouts are ChatML conversations rendered by the model's tokenizer)");
+  MC_CHECK(o.group_size >= 2, "--group-size ", o.group_size, ": GRPO compares the answers of a prompt with each other, so it needs at least 2");
+  MC_CHECK(o.prompts_per_step >= 1, "--prompts-per-step must be at least 1");
+  MC_CHECK(o.max_turns >= 1, "--max-turns must be at least 1");
+  MC_CHECK(o.temperature > 0, "--temperature ", o.temperature, ": RL needs sampling (> 0); the policy ratio is taken at this temperature");
+  MC_CHECK(o.top_p > 0 && o.top_p <= 1, "--top-p must be in (0, 1]");
+  MC_CHECK(o.max_new_tokens >= 1 && o.max_new_tokens < o.max_seq_len, "--max-new-tokens ", o.max_new_tokens,
+           " must be in [1, --max-seq-len ", o.max_seq_len, ")");
+  MC_CHECK(o.micro_batch_tokens >= o.max_seq_len, "--micro-batch-tokens ", o.micro_batch_tokens, " is below --max-seq-len ",
+           o.max_seq_len, ": a turn-1 sequence must fit one micro-batch");
+  MC_CHECK(o.max_steps > 0 || o.epochs > 0, "give --max-steps or --epochs");
+  MC_CHECK(o.order == "curriculum" || o.order == "shuffle", "--order: '", o.order, "' is not curriculum or shuffle");
+  MC_CHECK(o.mirror_delta >= 0, "--mirror-delta must be >= 0");
+  MC_CHECK(o.prime_echo.alpha >= 0 && o.prime_echo.alpha <= 1, "--alpha must be in [0, 1]");
+  MC_CHECK(o.save_every >= 0 && o.keep_last >= 1 && o.samples_every >= 0, "--save-every and --samples-every must be >= 0, --keep >= 1");
+  MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
+           "--verifier URL and --verify-device cpu contradict each other: the service's judges run where the service runs");
+}
+
+// Every rank's string, in rank order (c10d all-gather of the padded bytes).
+std::vector<std::string> all_gather_strings(train::Distributed& dist, const std::string& s, c10::Device device) {
+  if (dist.world() == 1) return {s};
+  auto len = at::tensor({static_cast<int64_t>(s.size())}, at::kLong).to(device);
+  dist.all_reduce_max(len);
+  const int64_t n = std::max<int64_t>(1, len.item<int64_t>()) + 8;
+  auto mine = at::zeros({n}, at::kByte);
+  auto* p = mine.data_ptr<uint8_t>();
+  const uint64_t size = s.size();
+  std::memcpy(p, &size, 8);
+  std::memcpy(p + 8, s.data(), s.size());
+  auto in = mine.to(device), out = at::empty({n * dist.world()}, in.options());
+  if (auto w = dist.all_gather(out, in)) w->wait();
+  auto all = out.cpu();
+  std::vector<std::string> r;
+  for (int k = 0; k < dist.world(); ++k) {
+    const uint8_t* q = all.data_ptr<uint8_t>() + k * n;
+    uint64_t m = 0;
+    std::memcpy(&m, q, 8);
+    r.emplace_back(reinterpret_cast<const char*>(q + 8), m);
+  }
+  return r;
+}
+
+// Numbers add, objects merge key by key, arrays concatenate.
+void merge_into(json& a, const json& b) {
+  if (b.is_number()) {
+    a = a.is_number() ? json(a.get<double>() + b.get<double>()) : b;
+  } else if (b.is_object()) {
+    if (!a.is_object()) a = json::object();
+    for (auto& [k, v] : b.items()) merge_into(a[k], v);
+  } else if (b.is_array()) {
+    if (!a.is_array()) a = json::array();
+    for (const auto& v : b) a.push_back(v);
+  }
+}
+
+double num(const json& j, const std::string& k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; }
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+// The order tasks are drawn in, for one epoch.
+std::vector<size_t> epoch_order(const std::vector<synth::Task>& tasks, const std::string& order, uint64_t seed, int64_t epoch) {
+  std::vector<size_t> idx(tasks.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  if (order == "curriculum") {
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
+      return std::tie(tasks[a].level, tasks[a].difficulty) < std::tie(tasks[b].level, tasks[b].difficulty);
+    });
+  } else {
+    std::mt19937_64 rng(gen::step_key(seed, static_cast<uint64_t>(epoch)));
+    std::shuffle(idx.begin(), idx.end(), rng);
+  }
+  return idx;
+}
+
+json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
+  json turns = json::array();
+  for (const auto& r : t.turns)
+    turns.push_back({{"answer", r.text}, {"finish_reason", r.finish_reason}, {"tokens", r.tokens.size()},
+                     {"verdict", eval::to_string(r.result.verdict)}, {"reason", r.result.reason}, {"rule", r.result.rule},
+                     {"speedup", r.result.speedup ? json(*r.result.speedup) : json()},
+                     {"score", r.result.reward ? json(*r.result.reward) : json()}, {"feedback", r.result.feedback},
+                     {"planted", r.planted}});
+  json messages = json::array();
+  for (const auto& m : p.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
+  return {{"problem", task.problem->key}, {"repair", p.repair}, {"sample", t.sample}, {"reward", t.reward},
+          {"advantage", t.advantage}, {"first_pass", t.first_pass()}, {"stop", t.stop_reason}, {"prompt", messages},
+          {"turns", turns}};
+}
+
+}  // namespace
+
+RlResult run_rl(const RlOptions& o) {
+  check_options(o);
+  train::DistEnv env = train::dist_env_from_environment();
+  c10::Device device = model::parse_device(o.device, env.local_rank);
+  const bool main = env.rank == 0;
+  {
+    std::error_code ec;
+    fs::create_directories(o.out_dir, ec);
+    MC_CHECK(!ec, "cannot create the output folder ", o.out_dir, ": ", ec.message());
+  }
+  std::optional<train::CheckpointInfo> ckpt;
+  if (o.resume) {
+    ckpt = train::latest_checkpoint(o.out_dir);
+    MC_CHECK(ckpt, "--resume: no checkpoint under ", (fs::path(o.out_dir) / "checkpoints").string(),
+             " (a run saves with --save-every N and at its end)");
+  }
+
+  // The tasks, and the verifier, before anything heavy: their errors are the likely ones.
+  auto tok = tok::BpeTokenizer::from_file((fs::path(o.model_dir) / "tokenizer.json").string());
+  auto all_tasks = synth::load_tasks(o.problems, o.format, o.level);
+  std::vector<synth::Task> tasks;
+  size_t too_long = 0;
+  for (auto& t : all_tasks) {
+    auto n = tok.encode(tok::render_chatml({{"user", t.prompt}}, true)).size();
+    if (static_cast<int64_t>(n) + o.max_new_tokens > o.max_seq_len) ++too_long;
+    else tasks.push_back(std::move(t));
+  }
+  MC_CHECK(!tasks.empty(), o.problems, ": nothing to train on: ", all_tasks.size(), " problem(s), and every prompt with --max-new-tokens ",
+           o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
+  std::map<std::string, size_t> task_by_key;
+  for (size_t i = 0; i < tasks.size(); ++i) task_by_key[tasks[i].problem->key] = i;
+  std::unique_ptr<Verifier> verifier = o.verifier_url.empty()
+                                           ? make_in_process_verifier(o.eval_config, o.evaluator)
+                                           : make_service_verifier(o.verifier_url, o.verifier_token, o.eval_config);
+  PlantedAnswers planted;
+  if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);
+
+  train::Distributed dist(env, device);
+  at::manual_seed(o.seed);
+  auto model = model::QwenModel::load(ckpt ? ckpt->dir : o.model_dir, device, model::parse_dtype(o.dtype));
+  train::check_tokenizer_fits(tok, model.config().vocab_size, o.model_dir);
+  MC_CHECK(o.max_seq_len <= model.config().max_position_embeddings, "--max-seq-len ", o.max_seq_len,
+           " exceeds the model's max_position_embeddings ", model.config().max_position_embeddings);
+  std::optional<model::QwenModel> ref;
+  if (o.loss.kl_coef > 0) ref.emplace(model::QwenModel::load(o.model_dir, device, model.dtype()));
+  train::ShardedAdamW opt(model, dist, o.adamw);
+  gen::EngineOptions eo;
+  eo.max_batch = o.max_batch;
+  eo.max_seq_len = o.max_seq_len;
+  eo.cuda_graphs = o.cuda_graphs;
+  gen::GenerationEngine engine(model, &tok, eo);
+  RolloutRunner runner(engine, model, tok, *verifier, o.planted.empty() ? nullptr : &planted);
+
+  RetryBufferOptions ro = o.retry;
+  ro.seed = o.seed ^ 0xB0F5ull;
+  RetryBuffer buffer(ro);
+  train::LrSchedule sched = o.schedule;
+  sched.total_steps = o.max_steps > 0
+                          ? o.max_steps
+                          : (o.epochs * static_cast<int64_t>(tasks.size()) + o.prompts_per_step - 1) / o.prompts_per_step;
+  const json fingerprint = {{"problems", fs::absolute(o.problems).string()}, {"tasks", tasks.size()}, {"seed", o.seed},
+                            {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
+                            {"order", o.order}};
+  int64_t start = 0, epoch = 0, index = 0;
+  double elapsed = 0;
+  if (ckpt) {
+    json st = train::load_checkpoint(*ckpt, opt, dist);
+    MC_CHECK(st.value("kind", "") == "rl", ckpt->dir, " is not an RL checkpoint");
+    for (auto& [k, v] : fingerprint.items())
+      MC_CHECK(st["fingerprint"][k] == v, "--resume: ", k, " differs from the run in ", ckpt->dir, " (was ",
+               st["fingerprint"][k].dump(), ", now ", v.dump(), ")");
+    start = st.at("step").get<int64_t>();
+    epoch = st.at("data_position").at("epoch").get<int64_t>();
+    index = st.at("data_position").at("index").get<int64_t>();
+    elapsed = st.value("elapsed_s", 0.0);
+    buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
+    if (main) fmt::print(stderr, "rl: resumed from {} (step {})\n", ckpt->dir, start);
+  }
+  if (main)
+    fmt::print(stderr,
+               "rl: {} tasks ({} skipped: prompt too long), {} prompts x {} samples per step, {} turns, {} rank(s) on {}; "
+               "verifier: {}\n",
+               tasks.size(), too_long, o.prompts_per_step, o.group_size, o.max_turns, dist.world(), model::device_name(device),
+               verifier->describe());
+  train::MetricsLog log(o.out_dir, start, main);
+  std::vector<size_t> order = epoch_order(tasks, o.order, o.seed, epoch);
+
+  RlResult result;
+  result.steps = start;
+  result.main_rank = main;
+  auto save = [&](int64_t step) {
+    json st = {{"kind", "rl"}, {"step", step}, {"data_position", {{"epoch", epoch}, {"index", index}}},
+               {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
+               {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}};
+    train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last));
+    result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
+  };
+
+  ProgressBar bar("rl", static_cast<size_t>(std::max<int64_t>(0, sched.total_steps - start)), main && o.progress);
+  for (int64_t step = start; step < sched.total_steps; ++step) {
+    auto t_step = Clock::now();
+    model::reset_peak_memory(device);
+    // --- 1. prompts: repair tasks first, then the next tasks in order (identical on every rank)
+    std::vector<RolloutPrompt> prompts;
+    size_t repairs_drawn = 0, repairs_skipped = 0;
+    if (o.bdr) {
+      for (auto& e : buffer.draw(static_cast<size_t>(o.prompts_per_step))) {
+        ++repairs_drawn;
+        auto it = task_by_key.find(e.problem);
+        if (it == task_by_key.end()) continue;
+        RolloutPrompt p;
+        p.task = it->second;
+        p.repair = true;
+        p.messages = {{"user", tasks[p.task].prompt}, {"assistant", e.failed_answer}, {"user", synth::repair_prompt(e.feedback)}};
+        if (static_cast<int64_t>(runner.encode_conversation(p.messages).size()) + o.max_new_tokens > o.max_seq_len) {
+          ++repairs_skipped;
+          continue;
+        }
+        prompts.push_back(std::move(p));
+      }
+    }
+    while (static_cast<int>(prompts.size()) < o.prompts_per_step) {
+      if (index >= static_cast<int64_t>(order.size())) {
+        ++epoch;
+        index = 0;
+        order = epoch_order(tasks, o.order, o.seed, epoch);
+      }
+      RolloutPrompt p;
+      p.task = order[static_cast<size_t>(index++)];
+      p.messages = {{"user", tasks[p.task].prompt}};
+      prompts.push_back(std::move(p));
+    }
+    for (size_t i = 0; i < prompts.size(); ++i)
+      prompts[i].seed = gen::mix64(gen::step_key(o.seed, static_cast<uint64_t>(step)) + i);
+    // This rank's share.
+    std::vector<RolloutPrompt> mine;
+    std::vector<size_t> global_index;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      if (static_cast<int>(i % dist.world()) == dist.rank()) {
+        mine.push_back(prompts[i]);
+        global_index.push_back(i);
+      }
+
+    // --- 2. rollouts
+    RolloutOptions ropt;
+    ropt.group_size = o.group_size;
+    ropt.max_turns = o.max_turns;
+    ropt.sampling.temperature = static_cast<float>(o.temperature);
+    ropt.sampling.top_p = static_cast<float>(o.top_p);
+    ropt.sampling.max_new_tokens = o.max_new_tokens;
+    ropt.hold_judges = o.hold_judges;
+    ropt.tag = fmt::format("s{}r{}", step, dist.rank());
+    ropt.step = step + 1;
+    RolloutStats rstats;
+    auto traj = runner.run(mine, tasks, ropt, &rstats);
+
+    // --- 3. rewards, advantages, retry-buffer events
+    json acc = json::object();
+    json events = json::array();
+    auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
+    for (size_t p = 0; p < mine.size(); ++p) {
+      std::vector<size_t> scored;
+      bool any_pass = false;
+      for (int g = 0; g < o.group_size; ++g) {
+        Trajectory& t = traj[p * o.group_size + g];
+        if (t.infra()) continue;
+        std::vector<Turn> turns;
+        for (const auto& r : t.turns) turns.push_back({r.score(), r.passed()});
+        t.reward = prime_echo_reward(turns, o.prime_echo);
+        scored.push_back(p * o.group_size + g);
+        any_pass |= t.first_pass() > 0;
+      }
+      std::vector<double> rewards;
+      for (size_t i : scored) rewards.push_back(traj[i].reward);
+      if (scored.size() >= 2) {
+        auto adv = group_advantages(rewards, static_cast<int>(rewards.size()));
+        for (size_t k = 0; k < scored.size(); ++k) traj[scored[k]].advantage = adv[k];
+      }
+      const std::string& key = tasks[mine[p].task].problem->key;
+      add("groups", 1);
+      if (mine[p].repair) add("repair_groups", 1);
+      if (scored.empty()) continue;
+      bool all_equal = std::all_of(rewards.begin(), rewards.end(), [&](double r) { return r == rewards[0]; });
+      if (all_equal) add("zero_signal_groups", 1);
+      if (!any_pass) {
+        add("all_failed_groups", 1);
+        const Trajectory& t = traj[scored[0]];
+        events.push_back({{"prompt", global_index[p]}, {"kind", "add"}, {"problem", key}, {"answer", t.turns.back().text},
+                          {"feedback", t.turns.back().result.feedback}});
+      } else {
+        if (mine[p].repair) add("repair_recovered", 1);
+        events.push_back({{"prompt", global_index[p]}, {"kind", "repaired"}, {"problem", key}});
+      }
+    }
+    for (const auto& t : traj) {
+      add("trajectories", 1);
+      if (t.infra()) {
+        add("infra_trajectories", 1);
+        continue;
+      }
+      if (t.stop_reason == "context_full") add("context_full", 1);
+      add("scored", 1);
+      add("reward_sum", t.reward);
+      add("reward_sq", t.reward * t.reward);
+      int fp = t.first_pass();
+      if (fp > 0) add(fmt::format("first_pass_{}", fp), 1);
+      for (size_t k = 0; k < t.turns.size(); ++k) {
+        const TurnRecord& r = t.turns[k];
+        add(fmt::format("answered_{}", k + 1), 1);
+        if (r.passed()) add(fmt::format("passed_{}", k + 1), 1);
+        add("answers", 1);
+        add("answer_tokens", static_cast<double>(r.tokens.size()));
+        merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+        if (!r.result.rule.empty()) merge_into(acc["rules"][r.result.rule], json(1));
+        for (const auto& v : r.result.violations) merge_into(acc["rules_all"][v.rule], json(1));
+        if (r.passed() && r.result.speedup) {
+          add("correct_answers", 1);
+          add("speedup_log_sum", std::log(std::max(1e-9, *r.result.speedup)));
+          if (k == 0 && *r.result.speedup > 1.0) add("fast1_turn1", 1);
+        }
+      }
+      add("turn1_tokens", static_cast<double>(t.turns[0].tokens.size()));
+      if (t.turns[0].finish_reason == "length") add("turn1_truncated", 1);
+    }
+    for (const auto& t : traj)
+      if (t.infra())
+        for (const auto& r : t.turns)
+          if (r.infra()) merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+
+    // --- 4-5. recompute log-probs, MirrorPop, the clipped loss, backward
+    auto t_train = Clock::now();
+    std::vector<train::Example> seqs;
+    std::vector<size_t> seq_traj;
+    for (size_t i = 0; i < traj.size(); ++i) {
+      const Trajectory& t = traj[i];
+      if (t.infra() || (t.advantage == 0 && o.loss.kl_coef == 0)) continue;
+      const TurnRecord& r = t.turns[0];
+      train::Example ex;
+      ex.tokens = r.context;
+      ex.tokens.insert(ex.tokens.end(), r.tokens.begin(), r.tokens.end());
+      ex.loss_mask.assign(r.context.size(), 0);
+      ex.loss_mask.resize(ex.tokens.size(), 1);
+      ex.origin = fmt::format("step {} prompt {} sample {}", step, global_index[t.prompt], t.sample);
+      seqs.push_back(std::move(ex));
+      seq_traj.push_back(i);
+    }
+    std::vector<int64_t> all_seqs(seqs.size());
+    std::iota(all_seqs.begin(), all_seqs.end(), 0);
+    auto mbs = train::pack(seqs, all_seqs, o.micro_batch_tokens);
+    opt.zero_grad();
+    const double T = o.temperature;
+    json dump_seqs = json::array();
+    for (size_t j = 0; j < mbs.size(); ++j) {
+      const train::MicroBatch& mb = mbs[j];
+      opt.set_last_micro_batch(j + 1 == mbs.size());
+      std::vector<float> old_lp, adv;
+      std::vector<int64_t> cu = {0};
+      for (int64_t e : mb.examples) {
+        const Trajectory& t = traj[seq_traj[static_cast<size_t>(e)]];
+        const TurnRecord& r = t.turns[0];
+        old_lp.insert(old_lp.end(), r.logprobs.begin(), r.logprobs.end());
+        adv.insert(adv.end(), r.tokens.size(), static_cast<float>(t.advantage));
+        cu.push_back(cu.back() + static_cast<int64_t>(r.tokens.size()));
+      }
+      auto h = model.hidden_states_packed(mb.tokens, o.grad_checkpoint);
+      auto targets = mb.targets.to(h.device());
+      auto rows = targets.ne(-100).nonzero().squeeze(1);
+      auto hs = h.index_select(0, rows);
+      auto tg = targets.index_select(0, rows);
+      auto lp = train::linear_token_logprobs(hs, model.lm_head_weight(), tg, T);
+      MC_INTERNAL_ASSERT(lp.logp.size(0) == static_cast<int64_t>(old_lp.size()), "turn-1 targets and rollout log-probs disagree");
+      auto old_t = at::tensor(old_lp).to(h.device());
+      auto adv_t = at::tensor(adv).to(h.device());
+      auto mp = mirror_pop(lp.logp, old_t, at::tensor(cu), o.mirror_delta, o.mirror_pop);
+      auto lengths = at::tensor(cu).slice(0, 1) - at::tensor(cu).slice(0, 0, -1);
+      auto mask = at::repeat_interleave(mp.keep, lengths).to(h.device());
+      at::Tensor ref_lp;
+      if (ref) {
+        c10::AutoGradMode no_grad(false);
+        auto rh = ref->hidden_states_packed(mb.tokens, false).index_select(0, rows);
+        ref_lp = train::linear_token_logprobs(rh, ref->lm_head_weight(), tg, T).logp;
+      }
+      auto pl = clipped_policy_loss(lp.logp, old_t, adv_t, mask, o.loss, ref_lp, /*normalizer=*/1.0);
+      if (!o.dump_dir.empty()) {
+        auto keep = mp.keep.to(at::kCPU);
+        for (size_t k = 0; k < mb.examples.size(); ++k) {
+          const auto& ex = seqs[static_cast<size_t>(mb.examples[k])];
+          const Trajectory& t = traj[seq_traj[static_cast<size_t>(mb.examples[k])]];
+          dump_seqs.push_back({{"tokens", ex.tokens}, {"n_context", t.turns[0].context.size()},
+                               {"old_logp", t.turns[0].logprobs}, {"advantage", t.advantage},
+                               {"kept", keep[static_cast<int64_t>(k)].item<bool>()}});
+        }
+      }
+      pl.loss.backward();
+      opt.after_backward();
+      const int64_t S = mp.keep.size(0);
+      add("seqs", static_cast<double>(S));
+      add("seqs_kept", mp.keep.to(at::kDouble).sum().item<double>());
+      add("abs_log_ratio_sum", mp.mean_abs_log_ratio.sum().item<double>());
+      add("tokens_trained", pl.tokens);
+      add("clip_sum", pl.clip_fraction * pl.tokens);
+      add("kl_sum", pl.kl * pl.tokens);
+      add("ratio_sum", pl.ratio_mean * pl.tokens);
+      add("entropy_sum", (lp.entropy * mask.to(at::kFloat)).sum().item<double>());
+    }
+    if (mbs.empty()) {
+      opt.set_last_micro_batch(true);
+      opt.after_backward();
+    }
+
+    // Every rank's sums and retry-buffer events, merged the same way everywhere.
+    json merged = json::object();
+    json all_events = json::array();
+    for (const auto& s : all_gather_strings(dist, dump_text(json{{"acc", acc}, {"events", events}}), device)) {
+      json j = json::parse(s);
+      merge_into(merged, j["acc"]);
+      for (auto& e : j["events"]) all_events.push_back(e);
+    }
+    const double n_tokens = num(merged, "tokens_trained");
+    double grad_norm = opt.finish_gradients(o.grad_clip, n_tokens > 0 ? 1.0 / n_tokens : 1.0);
+    if (!o.dump_dir.empty()) {
+      opt.expose_gradients();
+      fs::create_directories(o.dump_dir);
+      std::vector<at::Tensor> keep_alive;
+      std::vector<model::TensorView> views;
+      for (auto& [name, g] : model.named_gradients()) {
+        if (!g.defined()) continue;
+        keep_alive.push_back(g.to(at::kCPU, at::kFloat).contiguous());
+        const at::Tensor& t = keep_alive.back();
+        views.push_back({name, model::DType::kF32, t.sizes().vec(), static_cast<const uint8_t*>(t.data_ptr()), t.nbytes()});
+      }
+      const std::string base = (fs::path(o.dump_dir) / fmt::format("step-{:08d}", step + 1)).string();
+      model::write_safetensors(base + ".safetensors", views);
+      std::ofstream(base + ".json") << json{{"temperature", T}, {"clip_low", o.loss.clip_low}, {"clip_high", o.loss.clip_high},
+                                            {"normalizer", n_tokens}, {"sequences", dump_seqs}}.dump() << "\n";
+    }
+    const double lr = sched.at(step);
+    if (n_tokens > 0) opt.step(lr);
+    const double train_s = since(t_train);
+
+    std::stable_sort(all_events.begin(), all_events.end(),
+                     [](const json& a, const json& b) { return a["prompt"].get<size_t>() < b["prompt"].get<size_t>(); });
+    auto before = buffer.counters();
+    for (const auto& e : all_events) {
+      if (e["kind"] == "add") {
+        if (o.bdr) buffer.add({e["problem"], e["answer"], e["feedback"], 0, step});
+      } else {
+        buffer.repaired(e["problem"].get<std::string>());
+      }
+    }
+    const auto& after = buffer.counters();
+
+    // --- 6. report
+    const double step_s = since(t_step);
+    elapsed += step_s;
+    const json& m = merged;
+    const double scored = num(m, "scored"), answers = num(m, "answers");
+    const double rmean = ratio(num(m, "reward_sum"), scored);
+    json row = {{"reward_mean", rmean},
+                {"reward_std", std::sqrt(std::max(0.0, ratio(num(m, "reward_sq"), scored) - rmean * rmean))},
+                {"trajectories", num(m, "trajectories")},
+                {"infra_trajectories", num(m, "infra_trajectories")},
+                {"prompts", static_cast<double>(prompts.size())},
+                {"repair_prompts", num(m, "repair_groups")},
+                {"all_failed_share", ratio(num(m, "all_failed_groups"), num(m, "groups"))},
+                {"zero_signal_share", ratio(num(m, "zero_signal_groups"), num(m, "groups"))},
+                {"bdr_size", static_cast<double>(buffer.size())},
+                {"bdr_added", static_cast<double>(after.added - before.added)},
+                {"bdr_reissued", static_cast<double>(repairs_drawn)},
+                {"bdr_skipped_too_long", static_cast<double>(repairs_skipped)},
+                {"bdr_recovered", num(m, "repair_recovered")},
+                {"bdr_repaired_removed", static_cast<double>(after.repaired - before.repaired)},
+                {"bdr_evicted", static_cast<double>(after.evicted - before.evicted)},
+                {"bdr_expired", static_cast<double>(after.expired - before.expired)},
+                {"fast1_share", ratio(num(m, "fast1_turn1"), num(m, "answered_1"))},
+                {"speedup_geomean_correct", num(m, "correct_answers") > 0 ? std::exp(num(m, "speedup_log_sum") / num(m, "correct_answers")) : 0.0},
+                {"mirrorpop_filtered_share", ratio(num(m, "seqs") - num(m, "seqs_kept"), num(m, "seqs"))},
+                {"mirrorpop_mean_abs_log_ratio", ratio(num(m, "abs_log_ratio_sum"), num(m, "seqs"))},
+                {"trained_sequences", num(m, "seqs_kept")},
+                {"trained_tokens", n_tokens},
+                {"clip_fraction", ratio(num(m, "clip_sum"), n_tokens)},
+                {"ratio_mean", ratio(num(m, "ratio_sum"), n_tokens)},
+                {"kl", ratio(num(m, "kl_sum"), n_tokens)},
+                {"entropy", ratio(num(m, "entropy_sum"), n_tokens)},
+                {"grad_norm", grad_norm},
+                {"lr", lr},
+                {"updated", n_tokens > 0},
+                {"turn1_tokens_mean", ratio(num(m, "turn1_tokens"), scored)},
+                {"turn1_truncated_share", ratio(num(m, "turn1_truncated"), scored)},
+                {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
+                {"answers", answers},
+                {"context_full", num(m, "context_full")},
+                {"generate_s", rstats.generate_s},
+                {"verify_wait_s", rstats.verify_wait_s},
+                {"train_s", train_s},
+                {"step_s", step_s},
+                {"gen_tokens_per_s", ratio(static_cast<double>(rstats.generated_tokens), rstats.generate_s)},
+                {"epoch", epoch + static_cast<double>(index) / static_cast<double>(tasks.size())}};
+    for (int k = 1; k <= o.max_turns; ++k) {
+      row[fmt::format("pass_rate_turn{}", k)] = ratio(num(m, fmt::format("passed_{}", k)), num(m, fmt::format("answered_{}", k)));
+      double cum = 0;
+      for (int q = 1; q <= k; ++q) cum += num(m, fmt::format("first_pass_{}", q));
+      row[fmt::format("solved_by_turn{}", k)] = ratio(cum, scored);
+      if (k >= 2) row[fmt::format("rescued_turn{}", k)] = ratio(num(m, fmt::format("first_pass_{}", k)), scored);
+    }
+    if (m.contains("verdicts")) row["verdicts"] = m["verdicts"];
+    if (m.contains("rules")) row["rules"] = m["rules"];
+    if (auto mem = model::peak_memory_gib(device)) {
+      auto t = at::tensor({mem->first, mem->second}, at::kDouble).to(device);
+      dist.all_reduce_max(t);
+      row["peak_alloc_gib"] = t[0].item<double>();
+      row["peak_reserved_gib"] = t[1].item<double>();
+    }
+    log.log("rl", step + 1, row);
+    if (main && o.samples_every > 0 && (step + 1) % o.samples_every == 0) {
+      fs::create_directories(fs::path(o.out_dir) / "samples");
+      std::ofstream f(fs::path(o.out_dir) / "samples" / fmt::format("step-{:08d}.jsonl", step + 1));
+      // Spread over prompts: sample 0 of the first prompts, then the rest.
+      int written = 0;
+      for (int g = 0; g < o.group_size && written < o.samples_to_write; ++g)
+        for (size_t p = 0; p < mine.size() && written < o.samples_to_write; ++p, ++written) {
+          const Trajectory& t = traj[p * o.group_size + g];
+          f << dump_text(trajectory_json(t, mine[p], tasks[mine[p].task])) << "\n";
+        }
+    }
+    result.steps = step + 1;
+    bar.advance(1, fmt::format("reward {:.3f} pass@t1 {:.2f} gen {:.1f}s verify {:.1f}s train {:.1f}s", rmean,
+                               row["pass_rate_turn1"].get<double>(), rstats.generate_s, rstats.verify_wait_s, train_s));
+    if (o.kill_after_step == step + 1) std::raise(SIGKILL);
+    if ((o.save_every > 0 && (step + 1) % o.save_every == 0) || step + 1 == sched.total_steps) save(step + 1);
+  }
+  if (result.last_checkpoint.empty() && ckpt) result.last_checkpoint = ckpt->dir;
+  return result;
+}
+
+}  // namespace mc::rl

@@ -1,0 +1,85 @@
+// Execution-feedback RL: `musacoder-model train rl`. One process per rank holds the policy once:
+// the generation engine samples from the same weights the optimizer updates (no copy, no
+// weight transfer). One step, in order (docs/rl.md has the whole picture):
+//   1. prompts      the next tasks in curriculum order (level, then difficulty), with repair
+//                   tasks from the retry buffer mixed in (retry_buffer.h); each rank rolls out
+//                   its share (prompt i on rank i mod world);
+//   2. rollouts     G answers per prompt, verified by MooreEval, with feedback turns
+//                   (rollout.h);
+//   3. reward       PrimeEcho per trajectory (prime_echo.h), advantages within each prompt's
+//                   group (advantages.h); all-failed groups enter the retry buffer;
+//   4. filter       the trainer recomputes every turn-1 token's log-prob; MirrorPop drops the
+//                   sequences whose mean |log π_train − log π_rollout| exceeds δ (mirror_pop.h);
+//   5. update       the clipped surrogate on turn-1 tokens (grpo_loss.h), normalized by the
+//                   global count of trained tokens, on the SFT trainer's sharded AdamW over c10d;
+//   6. report       one metrics row (JSONL and TensorBoard), trajectories to read every K
+//                   steps, checkpoints that resume exactly (weights, optimizer, data position,
+//                   retry buffer).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "eval/eval_config.h"
+#include "eval/evaluator.h"
+#include "rl/grpo_loss.h"
+#include "rl/prime_echo.h"
+#include "rl/retry_buffer.h"
+#include "train/schedule.h"
+#include "train/sharded_adamw.h"
+
+namespace mc::rl {
+
+struct RlOptions {
+  std::string model_dir, problems, out_dir;
+  std::string format = "native";  // the solution format prompts ask for
+  int level = 0;                  // 0: every level
+  std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
+  // Batch.
+  int group_size = 8, prompts_per_step = 64;
+  int64_t max_steps = 0, epochs = 1;  // max_steps > 0 wins
+  // Rollouts.
+  double temperature = 0.9, top_p = 0.95;
+  int max_new_tokens = 4096, max_turns = 3;
+  int64_t max_seq_len = 8192;  // a whole conversation (all turns); the engine's cache length
+  int64_t max_batch = 256;     // sequences the engine decodes at once
+  bool cuda_graphs = true;
+  // Reward.
+  PrimeEchoOptions prime_echo;
+  bool bdr = true;
+  RetryBufferOptions retry;
+  bool mirror_pop = true;
+  double mirror_delta = 0.1;
+  // Update.
+  train::LrSchedule schedule;  // lr 1e-6, constant
+  train::AdamWOptions adamw;
+  double grad_clip = 0.5;
+  PolicyLossOptions loss;      // clip 0.2 / 0.2, KL off
+  int64_t micro_batch_tokens = 16384;
+  bool grad_checkpoint = false;
+  // Verification.
+  std::string verifier_url, verifier_token;
+  eval::EvalConfig eval_config;
+  eval::EvaluatorOptions evaluator;
+  bool hold_judges = true;     // false when the judges time on GPUs of their own
+  // Run.
+  int64_t save_every = 0, keep_last = 3, samples_every = 10;
+  int samples_to_write = 4;
+  bool resume = false;
+  uint64_t seed = 0;
+  std::string device = "auto", dtype = "auto";
+  bool progress = true;
+  std::string planted;          // tests: JSONL of answers injected in place of the model's
+  int64_t kill_after_step = 0;  // tests: SIGKILL right after step N
+  std::string dump_dir;         // tests (one rank): each step's trained batch and its gradient
+};
+
+struct RlResult {
+  int64_t steps = 0;
+  std::string last_checkpoint;
+  bool main_rank = true;
+};
+
+RlResult run_rl(const RlOptions& o);
+
+}  // namespace mc::rl

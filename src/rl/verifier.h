@@ -1,0 +1,37 @@
+// How RL rollouts reach MooreEval. In process (the default): an eval::Evaluator that lives as
+// long as the run, so its compile pool and its judges stay warm across steps; an answer is
+// submitted the moment it is sampled and its compile starts while the rest are still being
+// generated. Through the service (--verifier URL): answers are sent in one batch per turn, for
+// GPU pools on other machines. Either way a verifier failure comes back as an infra_error row,
+// which carries no reward and is never a score.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "eval/candidates.h"
+#include "eval/eval_config.h"
+#include "eval/evaluator.h"
+#include "eval/result.h"
+
+namespace mc::rl {
+
+class Verifier {
+ public:
+  virtual ~Verifier() = default;
+  // Queues one answer under `id` (the caller's); its result comes back from collect().
+  virtual void submit(size_t id, eval::Candidate c) = 0;
+  // Waits for every answer submitted since the last collect(); (id, result) pairs, in id order.
+  virtual std::vector<std::pair<size_t, eval::EvalResult>> collect() = 0;
+  // Held: no answer starts executing (timing) until released; compiles go on. In process only.
+  virtual void hold(bool) {}
+  virtual std::string describe() const = 0;
+};
+
+std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts);
+std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
+                                                const eval::EvalConfig& cfg);
+
+}  // namespace mc::rl

@@ -1,0 +1,263 @@
+"""`musacoder train rl` end to end on the CPU: a tiny random Qwen2 policy, the real MooreEval in
+CPU mode, and planted answers (what the tiny model writes is not code) that reach every branch:
+a pass at turn 1; a fail, then a pass at turn 2 after feedback; a group that fails entirely,
+enters the retry buffer, and comes back as a repair task that is repaired. Also: the update's
+gradient equals a PyTorch reference of the clipped GRPO loss on the same batch, only turn-1
+tokens are trained, a killed run resumes to the same numbers, and bad input gets clear errors."""
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+import tiny_models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+CASES = os.path.join(ROOT, "tests", "cases", "rft")
+HAS_MODEL = os.path.exists(os.path.join(os.path.dirname(BINARY), "musacoder-model"))
+pytestmark = pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built (libtorch)")
+
+RELU_OK = '''import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+src = """
+#include <torch/extension.h>
+torch::Tensor relu_cpu(torch::Tensor x) {
+    auto out = torch::empty_like(x);
+    const float* px = x.data_ptr<float>();
+    float* po = out.data_ptr<float>();
+    for (int64_t i = 0; i < x.numel(); ++i) po[i] = px[i] > 0.f ? px[i] : 0.f;
+    return out;
+}
+"""
+
+ext = load_inline(name="rl_relu_ok", cpp_sources=src, functions=["relu_cpu"], with_cuda=False)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        return ext.relu_cpu(x.contiguous())
+'''
+
+
+def mc(*args, check=True, timeout=900):
+    r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"musacoder {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n{r.stderr[-4000:]}")
+    return r
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def fenced(code):
+    return f"Here is the kernel.\n\n```python\n{code}```\n"
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    base = tmp_path_factory.mktemp("rl")
+    problems = base / "problems"
+    problems.mkdir()
+    for p in ("1_Add.py", "2_ReLU.py"):
+        shutil.copy(os.path.join(ROOT, "tests", "cases", "problems", p), problems / p)
+    model = base / "model"
+    tiny_models.make_model(str(model), "qwen2", max_positions=4096)
+    add_ok = fenced(open(os.path.join(CASES, "add_base.py")).read())
+    add_wrong = fenced(open(os.path.join(CASES, "add_wrong.py")).read())
+    relu_broken = fenced(open(os.path.join(CASES, "relu_broken.py")).read())
+    rows = [
+        # 1_Add, every step: sample 0 passes at turn 1; sample 1 fails, then passes after feedback.
+        {"problem": "1_Add", "turn": 1, "sample": 0, "answer": add_ok},
+        {"problem": "1_Add", "turn": 1, "sample": 1, "answer": add_wrong},
+        {"problem": "1_Add", "turn": 2, "sample": 1, "answer": add_ok},
+        # 2_ReLU at step 1: the whole group fails, at both turns -> the retry buffer.
+        {"problem": "2_ReLU", "step": 1, "turn": 1, "sample": 0, "answer": relu_broken},
+        {"problem": "2_ReLU", "step": 1, "turn": 1, "sample": 1, "answer": relu_broken},
+        {"problem": "2_ReLU", "step": 1, "turn": 2, "sample": 0, "answer": relu_broken},
+        {"problem": "2_ReLU", "step": 1, "turn": 2, "sample": 1, "answer": relu_broken},
+        # Step 2 re-issues it as a repair task; sample 0 repairs it (sample 1 is the model's own).
+        {"problem": "2_ReLU", "step": 2, "turn": 1, "sample": 0, "answer": fenced(RELU_OK)},
+    ]
+    plant = base / "plant.jsonl"
+    plant.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return base, problems, model, plant
+
+
+def rl_args(setup, out, *extra):
+    base, problems, model, plant = setup
+    return ["train", "rl", "--model", model, "--problems", problems, "--out", out, "--format", "kernelbench",
+            "--device", "cpu", "--verify-device", "cpu", "--cache-dir", base / "cache", "--timing-budget", "0.1",
+            "--speed-weight", "0", "--group-size", "2", "--prompts-per-step", "2", "--max-turns", "2",
+            "--max-new-tokens", "8", "--max-seq-len", "4096", "--micro-batch-tokens", "4096", "--bdr-prob", "1",
+            "--samples-every", "1", "--plant", plant, "--no-progress", "--seed", "3", "--lr", "1e-3", *extra]
+
+
+def replaced(args, **opts):
+    """args with --name values replaced (CLI11 takes an option once)."""
+    args = list(args)
+    for name, value in opts.items():
+        flag = "--" + name.replace("_", "-")
+        i = args.index(flag)
+        if value is None:
+            del args[i:i + 2]
+        else:
+            args[i + 1] = value
+    return args
+
+
+def without_timing(row):
+    # Wall-clock times, and the measured speedups (reward does not use them: --speed-weight 0).
+    skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
+            "fast1_share"}
+    return {k: v for k, v in row.items() if k not in skip}
+
+
+def test_rl_steps_reach_every_branch(setup):
+    base = setup[0]
+    out = base / "run"
+    dump = base / "dump"
+    mc(*rl_args(setup, out, "--max-steps", "3", "--save-every", "1", "--grad-clip", "0", "--dump-steps", dump))
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [r["step"] for r in rows] == [1, 2, 3]
+    s1, s2, s3 = rows
+    # Step 1: 1_Add passes at turn 1 (sample 0) and at turn 2 after feedback (sample 1); 2_ReLU
+    # fails entirely and enters the buffer.
+    assert s1["pass_rate_turn1"] == pytest.approx(1 / 4) and s1["rescued_turn2"] == pytest.approx(1 / 4)
+    assert s1["solved_by_turn2"] == pytest.approx(2 / 4)
+    assert s1["all_failed_share"] == pytest.approx(0.5) and s1["bdr_added"] == 1 and s1["bdr_size"] == 1
+    assert s1["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, s1["verdicts"]
+    # Step 2: the buffered problem comes back as a repair task (first slot) and is repaired.
+    assert s2["repair_prompts"] == 1 and s2["bdr_reissued"] == 1
+    assert s2["bdr_recovered"] == 1 and s2["bdr_repaired_removed"] == 1 and s2["bdr_size"] == 0
+    # Step 3: nothing waits, so two fresh prompts; 2_ReLU, now answered by the model alone,
+    # fails entirely again and re-enters the buffer.
+    assert s3["repair_prompts"] == 0 and s3["bdr_added"] == 1 and s3["bdr_size"] == 1
+    for r in rows:
+        assert r["updated"] and r["trained_tokens"] > 0 and r["infra_trajectories"] == 0
+        assert r["mirrorpop_filtered_share"] == 0 and r["mirrorpop_mean_abs_log_ratio"] < 1e-4  # same weights, fp32
+    # Trajectories to read: the repair task's conversation holds the failed answer and its feedback.
+    traj = read_jsonl(out / "samples" / "step-00000002.jsonl")
+    rep = [t for t in traj if t["repair"]]
+    assert rep and rep[0]["problem"] == "2_ReLU"
+    roles = [m["role"] for m in rep[0]["prompt"]]
+    assert roles == ["user", "assistant", "user"] and "rejected" in rep[0]["prompt"][2]["content"]
+    assert "relu_cpu" in rep[0]["prompt"][1]["content"]
+    t1 = read_jsonl(out / "samples" / "step-00000001.jsonl")
+    add = {t["sample"]: t for t in t1 if t["problem"] == "1_Add"}
+    assert add[0]["first_pass"] == 1 and [x["verdict"] for x in add[0]["turns"]] == ["ok"]
+    assert add[1]["first_pass"] == 2 and [x["verdict"] for x in add[1]["turns"]] == ["incorrect", "ok"]
+    # PrimeEcho with lambda = 0: s = 1 for a pass; the wrong sum passes no trial (s = -1).
+    assert add[0]["reward"] == pytest.approx(0.75 * 1 + 0.25 * 1 + 0.1)
+    assert add[1]["reward"] == pytest.approx(0.75 * -1 + 0.25 * 1 + 0.1 * 0.5)
+    assert add[0]["advantage"] == pytest.approx(2 ** -0.5, rel=1e-4) and add[1]["advantage"] == pytest.approx(-(2 ** -0.5), rel=1e-4)
+    # Only turn-1 tokens are trained: step 1 trains the two 1_Add answers of turn 1 (2_ReLU's
+    # group carries no signal), never the turn-2 answer.
+    batch = json.load(open(dump / "step-00000001.json"))
+    assert len(batch["sequences"]) == 2
+    turn1 = sorted(x["turns"][0]["tokens"] for x in add.values())
+    assert sorted(len(s["tokens"]) - s["n_context"] for s in batch["sequences"]) == turn1
+    assert s1["trained_tokens"] == sum(turn1)
+    check_gradient_against_pytorch(setup[2], dump, out)
+    # TensorBoard has the same curves.
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(out / "tensorboard"))
+
+
+def check_gradient_against_pytorch(model_dir, dump, out):
+    """Each dumped step: the gradient the update used equals PyTorch's gradient of the clipped
+    surrogate, computed here with transformers on the weights the step started from."""
+    import torch
+    import transformers
+    from safetensors.torch import load_file
+    for step in (1, 2):
+        start = model_dir if step == 1 else out / "checkpoints" / f"step-{step - 1:08d}"
+        m = transformers.AutoModelForCausalLM.from_pretrained(str(start), torch_dtype=torch.float32)
+        m.train(False)
+        batch = json.load(open(dump / f"step-{step:08d}.json"))
+        T, lo, hi, N = batch["temperature"], batch["clip_low"], batch["clip_high"], batch["normalizer"]
+        m.zero_grad()
+        total = 0
+        for s in batch["sequences"]:
+            ids = torch.tensor([s["tokens"]])
+            c = s["n_context"]
+            logits = m(ids).logits[0, c - 1:-1].float() / T
+            lp = torch.log_softmax(logits, -1).gather(-1, ids[0, c:, None])[:, 0]
+            ratio = torch.exp(lp - torch.tensor(s["old_logp"]))
+            a = s["advantage"]
+            per = -torch.minimum(ratio * a, torch.clamp(ratio, 1 - lo, 1 + hi) * a)
+            if s["kept"]:
+                total = total + per.sum()
+        (total / N).backward()
+        ours = load_file(str(dump / f"step-{step:08d}.safetensors"))
+        ref = {n: p.grad for n, p in m.named_parameters() if p.grad is not None}
+        assert set(ours) == set(ref), set(ours) ^ set(ref)
+        for n in ref:
+            torch.testing.assert_close(ours[n], ref[n], rtol=2e-4, atol=2e-6, msg=lambda e: f"step {step} {n}: {e}")
+
+
+def test_resume_equals_uninterrupted(setup):
+    base = setup[0]
+    straight, killed = base / "straight", base / "killed"
+    mc(*rl_args(setup, straight, "--max-steps", "3", "--save-every", "1"))
+    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--exit-after-step", "2"), check=False)
+    assert r.returncode != 0
+    assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
+    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--resume"))
+    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    a = [without_timing(x) for x in read_jsonl(straight / "metrics.jsonl")]
+    b = [without_timing(x) for x in read_jsonl(killed / "metrics.jsonl")]
+    assert [x["step"] for x in b] == [1, 2, 3]
+    for x, y in zip(a, b):
+        assert x.keys() == y.keys()
+        for k in x:
+            if isinstance(x[k], float):
+                assert y[k] == pytest.approx(x[k], rel=1e-5, abs=1e-7), (x["step"], k)
+            else:
+                assert y[k] == x[k], (x["step"], k)
+    from safetensors.torch import load_file
+    import torch
+    wa = load_file(str(straight / "checkpoints" / "step-00000003" / "model.safetensors"))
+    wb = load_file(str(killed / "checkpoints" / "step-00000003" / "model.safetensors"))
+    for n in wa:
+        torch.testing.assert_close(wa[n], wb[n], rtol=0, atol=1e-6)
+    # The retry buffer is in the checkpoint too.
+    st = json.load(open(killed / "checkpoints" / "step-00000001" / "trainer_state.json"))
+    assert [e["problem"] for e in st["retry_buffer"]["entries"]] == ["2_ReLU"]
+
+
+def test_ablation_switches(setup):
+    base = setup[0]
+    out = base / "ablate"
+    mc(*rl_args(setup, out, "--max-steps", "2", "--no-bdr", "--no-primeecho", "--no-mirrorpop"))
+    s1, s2 = read_jsonl(out / "metrics.jsonl")
+    # No buffer: the all-failed group is dropped, so step 2 has no repair task.
+    assert s1["all_failed_share"] == pytest.approx(0.5) and s1["bdr_size"] == 0 and s2["repair_prompts"] == 0
+    t1 = read_jsonl(out / "samples" / "step-00000001.jsonl")
+    add = {t["sample"]: t for t in t1 if t["problem"] == "1_Add"}
+    # No PrimeEcho: the last turn's reward alone.
+    assert add[0]["reward"] == pytest.approx(1.0) and add[1]["reward"] == pytest.approx(1.0)
+
+
+def test_clear_errors(setup, tmp_path):
+    base, problems, model, plant = setup
+    r = mc(*replaced(rl_args(setup, tmp_path / "a", "--max-steps", "1"), group_size=1), check=False)
+    assert r.returncode != 0 and "--group-size 1" in r.stderr and "at least 2" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b", "--max-steps", "1", "--verifier", "http://127.0.0.1:9", "--verify-gpus", "0"),
+           check=False)
+    assert r.returncode != 0 and "contradict" in r.stderr, r.stderr
+    # A verifier that is not there.
+    r = mc(*replaced(rl_args(setup, tmp_path / "c", "--max-steps", "1", "--verifier", "http://127.0.0.1:9"),
+                     verify_device=None), check=False)
+    assert r.returncode != 0 and "127.0.0.1:9" in r.stderr and "does not answer" in r.stderr, r.stderr
+    # Nothing to train on: every prompt is longer than the conversation allows.
+    r = mc(*replaced(rl_args(setup, tmp_path / "d", "--max-steps", "1"), max_seq_len=64, micro_batch_tokens=64),
+           check=False)
+    assert r.returncode != 0 and "nothing to train on" in r.stderr, r.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = mc(*replaced(rl_args(setup, tmp_path / "e", "--max-steps", "1"), problems=empty), check=False)
+    assert r.returncode != 0 and "empty" in r.stderr, r.stderr
