@@ -125,6 +125,30 @@ std::vector<size_t> epoch_order(const std::vector<synth::Task>& tasks, const std
   return idx;
 }
 
+// What the update needs of a turn-1 answer: its tokens after the prompt's, the rollout
+// policy's log-probs, the advantage. Saved in checkpoints while it waits (--off-policy 1).
+struct TrainSeq {
+  std::vector<int32_t> tokens;  // context + answer
+  size_t n_context = 0;
+  std::vector<float> old_logp;  // one per answer token
+  double advantage = 0;
+};
+
+json to_json(const std::vector<TrainSeq>& v) {
+  json a = json::array();
+  for (const auto& q : v)
+    a.push_back({{"tokens", q.tokens}, {"n_context", q.n_context}, {"old_logp", q.old_logp}, {"advantage", q.advantage}});
+  return a;
+}
+
+std::vector<TrainSeq> train_seqs_from_json(const json& a) {
+  std::vector<TrainSeq> v;
+  for (const auto& j : a)
+    v.push_back({j.at("tokens").get<std::vector<int32_t>>(), j.at("n_context").get<size_t>(),
+                 j.at("old_logp").get<std::vector<float>>(), j.at("advantage").get<double>()});
+  return v;
+}
+
 json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
   json turns = json::array();
   for (const auto& r : t.turns)
@@ -204,9 +228,10 @@ RlResult run_rl(const RlOptions& o) {
                           : (o.epochs * static_cast<int64_t>(tasks.size()) + o.prompts_per_step - 1) / o.prompts_per_step;
   const json fingerprint = {{"problems", fs::absolute(o.problems).string()}, {"tasks", tasks.size()}, {"seed", o.seed},
                             {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
-                            {"order", o.order}};
+                            {"order", o.order}, {"off_policy", o.off_policy}};
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
+  std::vector<TrainSeq> pending;  // --off-policy 1: last step's rollouts, trained this step
   if (ckpt) {
     json st = train::load_checkpoint(*ckpt, opt, dist);
     MC_CHECK(st.value("kind", "") == "rl", ckpt->dir, " is not an RL checkpoint");
@@ -218,6 +243,11 @@ RlResult run_rl(const RlOptions& o) {
     index = st.at("data_position").at("index").get<int64_t>();
     elapsed = st.value("elapsed_s", 0.0);
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
+    if (st.contains("pending")) {
+      // Each rank's waiting sequences, in its own file.
+      auto f = fs::path(ckpt->dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank());
+      if (fs::exists(f)) pending = train_seqs_from_json(json::parse(std::ifstream(f)));
+    }
     if (main) fmt::print(stderr, "rl: resumed from {} (step {})\n", ckpt->dir, start);
   }
   if (main)
@@ -235,8 +265,13 @@ RlResult run_rl(const RlOptions& o) {
   auto save = [&](int64_t step) {
     json st = {{"kind", "rl"}, {"step", step}, {"data_position", {{"epoch", epoch}, {"index", index}}},
                {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
-               {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}};
-    train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last));
+               {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0}};
+    train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
+                           [&](const std::string& dir) {
+                             if (o.off_policy > 0)
+                               std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
+                                   << to_json(pending).dump() << "\n";
+                           });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
   };
 
@@ -373,20 +408,35 @@ RlResult run_rl(const RlOptions& o) {
 
     // --- 4-5. recompute log-probs, MirrorPop, the clipped loss, backward
     auto t_train = Clock::now();
-    std::vector<train::Example> seqs;
-    std::vector<size_t> seq_traj;
-    for (size_t i = 0; i < traj.size(); ++i) {
-      const Trajectory& t = traj[i];
+    // This step's turn-1 sequences with a signal; with --off-policy 1 they are trained one step
+    // later (after the update they did not see), and last step's are trained now.
+    std::vector<TrainSeq> fresh;
+    for (const Trajectory& t : traj) {
       if (t.infra() || (t.advantage == 0 && o.loss.kl_coef == 0)) continue;
       const TurnRecord& r = t.turns[0];
+      TrainSeq q;
+      q.tokens = r.context;
+      q.tokens.insert(q.tokens.end(), r.tokens.begin(), r.tokens.end());
+      q.n_context = r.context.size();
+      q.old_logp = r.logprobs;
+      q.advantage = t.advantage;
+      fresh.push_back(std::move(q));
+    }
+    std::vector<TrainSeq> batch;
+    if (o.off_policy == 0) {
+      batch = std::move(fresh);
+    } else {
+      batch = std::move(pending);
+      pending = std::move(fresh);
+    }
+    std::vector<train::Example> seqs;
+    for (const TrainSeq& q : batch) {
       train::Example ex;
-      ex.tokens = r.context;
-      ex.tokens.insert(ex.tokens.end(), r.tokens.begin(), r.tokens.end());
-      ex.loss_mask.assign(r.context.size(), 0);
+      ex.tokens = q.tokens;
+      ex.loss_mask.assign(q.n_context, 0);
       ex.loss_mask.resize(ex.tokens.size(), 1);
-      ex.origin = fmt::format("step {} prompt {} sample {}", step, global_index[t.prompt], t.sample);
+      ex.origin = fmt::format("step {}", step + 1);
       seqs.push_back(std::move(ex));
-      seq_traj.push_back(i);
     }
     std::vector<int64_t> all_seqs(seqs.size());
     std::iota(all_seqs.begin(), all_seqs.end(), 0);
@@ -400,11 +450,10 @@ RlResult run_rl(const RlOptions& o) {
       std::vector<float> old_lp, adv;
       std::vector<int64_t> cu = {0};
       for (int64_t e : mb.examples) {
-        const Trajectory& t = traj[seq_traj[static_cast<size_t>(e)]];
-        const TurnRecord& r = t.turns[0];
-        old_lp.insert(old_lp.end(), r.logprobs.begin(), r.logprobs.end());
-        adv.insert(adv.end(), r.tokens.size(), static_cast<float>(t.advantage));
-        cu.push_back(cu.back() + static_cast<int64_t>(r.tokens.size()));
+        const TrainSeq& q = batch[static_cast<size_t>(e)];
+        old_lp.insert(old_lp.end(), q.old_logp.begin(), q.old_logp.end());
+        adv.insert(adv.end(), q.old_logp.size(), static_cast<float>(q.advantage));
+        cu.push_back(cu.back() + static_cast<int64_t>(q.old_logp.size()));
       }
       auto h = model.hidden_states_packed(mb.tokens, o.grad_checkpoint);
       auto targets = mb.targets.to(h.device());
@@ -428,11 +477,9 @@ RlResult run_rl(const RlOptions& o) {
       if (!o.dump_dir.empty()) {
         auto keep = mp.keep.to(at::kCPU);
         for (size_t k = 0; k < mb.examples.size(); ++k) {
-          const auto& ex = seqs[static_cast<size_t>(mb.examples[k])];
-          const Trajectory& t = traj[seq_traj[static_cast<size_t>(mb.examples[k])]];
-          dump_seqs.push_back({{"tokens", ex.tokens}, {"n_context", t.turns[0].context.size()},
-                               {"old_logp", t.turns[0].logprobs}, {"advantage", t.advantage},
-                               {"kept", keep[static_cast<int64_t>(k)].item<bool>()}});
+          const TrainSeq& q = batch[static_cast<size_t>(mb.examples[k])];
+          dump_seqs.push_back({{"tokens", q.tokens}, {"n_context", q.n_context}, {"old_logp", q.old_logp},
+                               {"advantage", q.advantage}, {"kept", keep[static_cast<int64_t>(k)].item<bool>()}});
         }
       }
       pl.loss.backward();

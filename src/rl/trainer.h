@@ -56,6 +56,9 @@ struct RlOptions {
   double grad_clip = 0.5;
   PolicyLossOptions loss;      // clip 0.2 / 0.2, KL off
   int64_t micro_batch_tokens = 16384;
+  // 0: train on this step's rollouts. 1: on the previous step's (made before the last update,
+  // as asynchronous generation would make them): one step off-policy, what MirrorPop guards.
+  int off_policy = 0;
   bool grad_checkpoint = false;
   // Verification.
   std::string verifier_url, verifier_token;

@@ -58,7 +58,8 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& out_dir) {
 }
 
 void save_checkpoint(const std::string& out_dir, int64_t step, const model::QwenModel& model, const std::string& source_model_dir,
-                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last) {
+                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
+                     const std::function<void(const std::string& dir)>& write_extra) {
   fs::path root = fs::path(out_dir) / "checkpoints";
   std::string name = fmt::format("step-{:08d}", step);
   fs::path tmp = root / (".tmp-" + name), final_dir = root / name;
@@ -88,6 +89,7 @@ void save_checkpoint(const std::string& out_dir, int64_t step, const model::Qwen
   }
   model::write_safetensors((tmp / optimizer_file(dist.rank(), dist.world())).string(), views,
                            {{"layout", opt.layout_signature()}, {"step", std::to_string(step)}});
+  if (write_extra) write_extra(tmp.string());
   dist.barrier();
   if (dist.is_main()) {
     fsync_dir_files(tmp);

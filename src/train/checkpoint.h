@@ -10,6 +10,7 @@
 // the temporary folder, which the next save removes. Only the last --keep checkpoints stay.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,8 +32,11 @@ struct CheckpointInfo {
 std::optional<CheckpointInfo> latest_checkpoint(const std::string& out_dir);
 
 // Collective: every rank calls it. state is trainer_state.json's content (rank 0's is written).
+// write_extra, if given, is called on every rank with the temporary folder, before it is renamed
+// into place (a trainer's own per-rank state goes in the same whole-or-nothing checkpoint).
 void save_checkpoint(const std::string& out_dir, int64_t step, const model::QwenModel& model, const std::string& source_model_dir,
-                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last);
+                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
+                     const std::function<void(const std::string& dir)>& write_extra = {});
 
 // Reads trainer_state.json and this rank's optimizer shard into opt (which writes the master
 // weights back into the model). Throws naming what does not match.

@@ -200,17 +200,26 @@ def check_gradient_against_pytorch(model_dir, dump, out):
 
 
 def test_resume_equals_uninterrupted(setup):
+    """One step off-policy (the rollouts wait a step for their update, in the checkpoint too),
+    killed after step 2 and resumed from step 1's checkpoint: the same rows and weights."""
     base = setup[0]
     straight, killed = base / "straight", base / "killed"
-    mc(*rl_args(setup, straight, "--max-steps", "3", "--save-every", "1"))
-    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--exit-after-step", "2"), check=False)
+    args = ("--max-steps", "3", "--save-every", "1", "--off-policy", "1")
+    mc(*rl_args(setup, straight, *args))
+    r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
     assert r.returncode != 0
     assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
-    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--resume"))
+    r = mc(*rl_args(setup, killed, *args, "--resume"))
     assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
     a = [without_timing(x) for x in read_jsonl(straight / "metrics.jsonl")]
     b = [without_timing(x) for x in read_jsonl(killed / "metrics.jsonl")]
     assert [x["step"] for x in b] == [1, 2, 3]
+    # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
+    # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):
+    # their mean |log ratio| is past delta = 0.1, and MirrorPop drops every one.
+    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0
+    assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4 and a[1]["mirrorpop_filtered_share"] == 0
+    assert a[2]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[2]["mirrorpop_filtered_share"] == 1 and not a[2]["updated"]
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for k in x:
