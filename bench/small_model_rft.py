@@ -5,7 +5,10 @@
           weights, `musacoder train sft` on 90% of the problems (the other 10% give the eval
           loss): the loss curve on synthesized problems;
   rft     `musacoder rft` from the SFT checkpoint over every problem (seen and held-out): K
-          samples each, verified by MooreEval on this GPU, diverse selection, the report.
+          samples each, verified by MooreEval on this GPU, diverse selection, the report;
+  rl      `musacoder train rl` from the SFT checkpoint over the same problems (issue 15's GPU
+          run): multi-turn GRPO with MooreEval in process on this GPU, resumed slice after
+          slice from its checkpoints (--rl-out names the run, --rl-args adds options).
 
 No pretrained model can be fetched here, so the policy is trained from scratch in minutes: on the
 problems it was trained on it mostly reproduces the teacher; the held-out problems show what it
@@ -133,6 +136,29 @@ def stage_rft(a):
         sys.exit(f"rft failed ({rc})")
 
 
+def stage_rl(a):
+    out = os.path.join(a.work, a.rl_out)
+    model_bin = os.path.join(os.path.dirname(os.path.abspath(a.musacoder)), "musacoder-model")
+    cmd = [model_bin, "train", "rl", "--model", last_checkpoint(a), "--problems",
+           os.path.join(a.work, "synth", "problems.jsonl"), "--out", out, "--format", "native", "--timing-budget", "0.1",
+           "--max-new-tokens", str(a.max_new_tokens), "--max-seq-len", "8192", "--micro-batch-tokens", "32768",
+           "--save-every", "1", "--keep", "2", "--samples-every", "5", "--seed", str(a.seed), "--no-progress"]
+    cmd += a.rl_args.split()
+    if os.path.isdir(os.path.join(out, "checkpoints")) and any(
+            d.startswith("step-") for d in os.listdir(os.path.join(out, "checkpoints"))):
+        cmd.append("--resume")
+    # GPU utilization while it runs, sampled every second.
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,memory.used", "--format=csv,noheader",
+                            "-l", "1"], stdout=open(os.path.join(a.work, f"{a.rl_out}-gpu-util.csv"), "a"),
+                           stderr=subprocess.DEVNULL)
+    try:
+        rc = run(cmd, os.path.join(a.work, f"{a.rl_out}.log"), timeout=budget(a, None))
+    finally:
+        smi.terminate()
+    if rc not in (0, "timeout"):
+        sys.exit(f"rl failed ({rc})")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--musacoder", required=True)
@@ -153,10 +179,12 @@ def main():
     ap.add_argument("--samples-from", default="")
     ap.add_argument("--deadline", type=int, default=0, help="seconds: end every stage by then (a GPU slice)")
     ap.add_argument("--rft-reserve", type=int, default=200, help="seconds the sft stage leaves for rft")
+    ap.add_argument("--rl-out", default="rl", help="the rl run's folder under --work")
+    ap.add_argument("--rl-args", default="", help="more `train rl` options, one string")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     for s in a.stages.split(","):
-        {"synth": stage_synth, "sft": stage_sft, "rft": stage_rft}[s](a)
+        {"synth": stage_synth, "sft": stage_sft, "rft": stage_rft, "rl": stage_rl}[s](a)
 
 
 if __name__ == "__main__":

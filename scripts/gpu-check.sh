@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small takes several slices: both are run by name)   BIN=path/to/musacoder (default: build it)
+#   2+ GPUs, and rft-small / rl-small take several slices: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -108,6 +108,25 @@ rows=[json.loads(l) for l in open(sys.argv[1])]
 open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","id","text","finish_reason","prompt_tokens") if k in r})+"\n" for r in rows)' "$W/rft/samples.jsonl"
       fi
       tar czf "$OUT/rft-small.tgz" -C "$W" --exclude=./model --exclude=./sft/checkpoints --exclude=./synth/work . ;;
+    rl-small)
+      # Multi-turn GRPO on the small model of rft-small (bench/small_model_rft.py --stages rl):
+      # synth and SFT first when the work folder does not have them yet (RL_STAGES), then
+      # `train rl`, resumed from its last checkpoint in later slices. RL_ARGS: more options for
+      # the script (--rl-out NAME --deadline S); RL_TRAIN_ARGS: more `train rl` options.
+      W=${RFT_WORK:-$PWD/.gl/rft-work}
+      mkdir -p "$W"
+      # shellcheck disable=SC2086
+      python3 bench/small_model_rft.py --musacoder "$BIN" --work "$W" --stages "${RL_STAGES:-synth,sft,rl}" ${RL_ARGS:-} \
+        --rl-args "${RL_TRAIN_ARGS:-}" 2>&1 | tee -a "$OUT/rl-small.log" || rc=1
+      for run in "$W"/rl*/; do
+        [ -f "$run/metrics.jsonl" ] || continue
+        name=$(basename "$run")
+        "$BIN" plot "$run" --out "$W/plot-$name-reward.svg" --metrics reward_mean,pass_rate_turn1,solved_by_turn3,all_failed_share,bdr_size,speedup_geomean_correct >/dev/null 2>&1
+        "$BIN" plot "$run" --out "$W/plot-$name-policy.svg" --metrics mirrorpop_mean_abs_log_ratio,mirrorpop_filtered_share,entropy,grad_norm,clip_fraction,turn1_tokens_mean >/dev/null 2>&1
+        "$BIN" plot "$run" --out "$W/plot-$name-time.svg" --metrics generate_s,verify_wait_s,train_s,step_s >/dev/null 2>&1
+      done
+      tar czf "$OUT/rl-small.tgz" -C "$W" --exclude='*/checkpoints' --exclude=./model --exclude=./sft/checkpoints \
+        --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

@@ -600,7 +600,46 @@ class Judge:
                               "side_stream")
 
     # ---- timing -----------------------------------------------------------------------------
+    def _await_quiet_gpu(self, res):
+        """A trainer that shares this GPU closes the timing gate (creates the file) while its own
+        kernels run: correctness trials go on, timing waits. While timing, this judge holds a
+        marker beside the gate, so a trainer closing it waits for the timing to finish.
+        Lines sent while waiting keep the caller's read timeout from running out."""
+        gate = getattr(self.args, "timing_gate", "")
+        if not gate:
+            return
+        marker = f"{gate}.timing.{os.getpid()}"
+        t0, last = time.monotonic(), time.monotonic()
+        while True:
+            while os.path.exists(gate):
+                if time.monotonic() - last > 5 and getattr(self, "out", None):
+                    self.out.write(json.dumps({"op": "gate_wait", "waited_s": time.monotonic() - t0}) + "\n")
+                    last = time.monotonic()
+                time.sleep(0.002)
+            open(marker, "w").close()
+            if not os.path.exists(gate):
+                break
+            os.remove(marker)  # closed in between: wait again
+        self._gate_marker = marker
+        res["timing_gate_wait_s"] = time.monotonic() - t0
+
+    def _release_gate(self):
+        marker = getattr(self, "_gate_marker", None)
+        if marker:
+            try:
+                os.remove(marker)
+            except OSError:
+                pass
+            self._gate_marker = None
+
     def _time(self, req, prob, ref_model, cand, res, dtype, seed):
+        self._await_quiet_gpu(res)
+        try:
+            self._time_quiet(req, prob, ref_model, cand, res, dtype, seed)
+        finally:
+            self._release_gate()
+
+    def _time_quiet(self, req, prob, ref_model, cand, res, dtype, seed):
         torch = self.torch
         from .inputs import timing_sets
         from .timing import iterations_for
@@ -839,11 +878,13 @@ def main():
     ap.add_argument("--spares", type=int, default=3, help="warm candidate processes kept ready")
     ap.add_argument("--load-timeout", type=float, default=120)
     ap.add_argument("--trial-timeout", type=float, default=60)
+    ap.add_argument("--timing-gate", default="", help="timing waits while this file exists (a trainer's own work runs)")
     args = ap.parse_args()
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)  # prints from problem code go to stderr, never into the reply stream
     try:
         judge = Judge(args, start_zygote(args))
+        judge.out = out
     except Exception as e:
         out.write(json.dumps({"op": "hello", "ok": False, "error": f"{type(e).__name__}: {e}"}) + "\n")
         return 3

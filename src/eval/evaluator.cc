@@ -3,10 +3,13 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <fstream>
 #include <list>
 #include <mutex>
 #include <optional>
 #include <thread>
+
+#include <unistd.h>
 
 #include "common/check.h"
 #include "common/fs.h"
@@ -46,13 +49,16 @@ struct Evaluator::Impl {
   std::condition_variable cv;
   std::list<Item> pending;
   size_t executing = 0;
-  bool stop = false, held = false;
+  bool stop = false;
+  std::string gate;  // the timing gate file ("" : none)
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
 
   ExecutorOptions executor_options(int gpu) const {
-    return judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir,
-                         opts.sandbox ? opts.sandbox_exe : "", opts.spares);
+    auto e = judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir, opts.sandbox ? opts.sandbox_exe : "",
+                           opts.spares);
+    e.timing_gate = gate;
+    return e;
   }
 
   void finish(Item& it) {
@@ -65,7 +71,7 @@ struct Evaluator::Impl {
   std::optional<Item> take_ready() {
     std::unique_lock lk(mu);
     while (true) {
-      for (auto it = pending.begin(); !held && it != pending.end(); ++it) {
+      for (auto it = pending.begin(); it != pending.end(); ++it) {
         if (it->compile_ready()) {
           Item item = std::move(*it);
           pending.erase(it);
@@ -116,6 +122,14 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   MC_CHECK(!impl_->opts.gpus.empty(), "evaluator needs at least one GPU entry");
   if (impl_->opts.scratch_dir.empty())
     impl_->opts.scratch_dir = (fs::path(impl_->opts.cache_dir) / "scratch").string();
+  if (impl_->opts.timing_gate) {
+    // One gate per evaluator (several runs may share a cache folder).
+    fs::create_directories(impl_->opts.scratch_dir);
+    impl_->gate = (fs::path(impl_->opts.scratch_dir) / ("timing-gate-" + std::to_string(::getpid()) + "-" +
+                                                        std::to_string(reinterpret_cast<uintptr_t>(impl_.get()))))
+                      .string();
+    fs::remove(impl_->gate);
+  }
   impl_->tc = discover_toolchain(impl_->opts.cuda_arch);
   CompilePoolOptions po;
   po.workers = impl_->opts.compile_workers;
@@ -129,10 +143,10 @@ Evaluator::~Evaluator() {
   {
     std::lock_guard lk(impl_->mu);
     impl_->stop = true;  // GPU threads finish what is queued, then leave
-    impl_->held = false;
   }
   impl_->cv.notify_all();
   for (auto& t : impl_->gpu_threads) t.join();
+  if (!impl_->gate.empty()) fs::remove(impl_->gate);
 }
 
 const EvalConfig& Evaluator::config() const { return impl_->cfg; }
@@ -154,12 +168,30 @@ void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
   m.cv.notify_one();
 }
 
-void Evaluator::hold_execution(bool hold) {
-  {
-    std::lock_guard lk(impl_->mu);
-    impl_->held = hold;
+void Evaluator::hold_timing(bool hold) {
+  const std::string& gate = impl_->gate;
+  MC_CHECK(!gate.empty(), "hold_timing needs an evaluator made with timing_gate");
+  if (!hold) {
+    fs::remove(gate);
+    return;
   }
-  impl_->cv.notify_all();
+  { std::ofstream(gate) << "held\n"; }
+  // Wait for the judges that were already timing (their markers sit beside the gate).
+  const fs::path dir = fs::path(gate).parent_path();
+  const std::string prefix = fs::path(gate).filename().string() + ".timing.";
+  for (;;) {
+    bool busy = false;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename().string();
+      if (n.rfind(prefix, 0) != 0) continue;
+      // A marker of a judge that died mid-timing is stale: its pid is gone.
+      const std::string pid = n.substr(prefix.size());
+      if (!pid.empty() && fs::exists("/proc/" + pid)) busy = true;
+      else fs::remove(e.path());
+    }
+    if (!busy) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 Evaluator::Stats Evaluator::stats() const {

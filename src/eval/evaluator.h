@@ -27,6 +27,7 @@ struct EvaluatorOptions {
   bool skip_static = false;     // testing the run-time defenses alone (never for scoring)
   int spares = 0;               // warm candidate processes per judge (0: 1 on cpu, 6 on cuda)
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
+  bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
 };
 
 class Evaluator {
@@ -43,10 +44,10 @@ class Evaluator {
   std::vector<EvalResult> run(const std::vector<Candidate>& candidates,
                               const std::function<void(const EvalResult&)>& on_result = {});
 
-  // While held, no candidate starts executing on a GPU (compiles go on; one already executing
-  // finishes). A trainer holds the judges while its own work occupies the GPU they time on,
-  // so timings stay honest, and lets them go between generation and training.
-  void hold_execution(bool hold);
+  // A trainer that shares the judges' GPU holds timing while its own kernels run: compiles and
+  // correctness trials go on, but no judge starts timing until released, and hold_timing(true)
+  // returns only once no judge is timing any more. Needs EvaluatorOptions::timing_gate.
+  void hold_timing(bool hold);
 
   // What the pipeline holds right now (for a service's /metrics and back-pressure).
   struct Stats {

@@ -32,6 +32,10 @@ void Executor::start() {
   }
   o.argv.push_back("--spares");
   o.argv.push_back(std::to_string(opts_.spares));
+  if (!opts_.timing_gate.empty()) {
+    o.argv.push_back("--timing-gate");
+    o.argv.push_back(opts_.timing_gate);
+  }
   o.env_set["PYTHONPATH"] = opts_.harness_dir;
   o.env_set["PYTHONUNBUFFERED"] = "1";
   o.env_set["PYTHONDONTWRITEBYTECODE"] = "1";

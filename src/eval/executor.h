@@ -23,6 +23,7 @@ struct ExecutorOptions {
   std::string sandbox_exe;       // the musacoder binary (runs `sandbox-exec`); empty: no sandbox
   double startup_timeout_s = 300;
   int spares = 3;                // warm candidate processes the judge keeps ready
+  std::string timing_gate;       // "": none; else timing waits while this file exists
 };
 
 // Warm candidate processes a judge keeps: starting one (Python, torch, a CUDA context, the

@@ -8,8 +8,9 @@
 //            feedback becomes the next user turn (synth::repair_prompt), and the policy answers
 //            again, up to max_turns. A trajectory stops once it passes, when its verification
 //            failed (infra error: never scored), or when the conversation no longer fits.
-// On a GPU shared with generation, the judges are held while the engine runs (compiles go on)
-// and released between turns, so no timing is taken while our own kernels occupy the GPU.
+// On a GPU shared with generation, timing is held while the engine runs (compiles and the
+// correctness trials go on) and released between turns, so no timing is taken while our own
+// kernels occupy the GPU.
 #pragma once
 
 #include <cstdint>

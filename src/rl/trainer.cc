@@ -197,8 +197,10 @@ RlResult run_rl(const RlOptions& o) {
            o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
   std::map<std::string, size_t> task_by_key;
   for (size_t i = 0; i < tasks.size(); ++i) task_by_key[tasks[i].problem->key] = i;
+  eval::EvaluatorOptions eopts = o.evaluator;
+  eopts.timing_gate = o.hold_judges;  // they time on our GPU: not while we generate or train
   std::unique_ptr<Verifier> verifier = o.verifier_url.empty()
-                                           ? make_in_process_verifier(o.eval_config, o.evaluator)
+                                           ? make_in_process_verifier(o.eval_config, eopts)
                                            : make_service_verifier(o.verifier_url, o.verifier_token, o.eval_config);
   PlantedAnswers planted;
   if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);

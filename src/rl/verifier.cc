@@ -41,7 +41,9 @@ class InProcessVerifier : public Verifier {
     sort_by_id(out);
     return out;
   }
-  void hold(bool h) override { ev_.hold_execution(h); }
+  void hold(bool h) override {
+    if (opts_.timing_gate) ev_.hold_timing(h);
+  }
   std::string describe() const override {
     std::string gpus;
     for (int g : opts_.gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);

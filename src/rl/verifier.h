@@ -25,7 +25,8 @@ class Verifier {
   virtual void submit(size_t id, eval::Candidate c) = 0;
   // Waits for every answer submitted since the last collect(); (id, result) pairs, in id order.
   virtual std::vector<std::pair<size_t, eval::EvalResult>> collect() = 0;
-  // Held: no answer starts executing (timing) until released; compiles go on. In process only.
+  // Held: no judge times until released (compiles and correctness trials go on), and hold(true)
+  // returns once no judge is timing. In process, with EvaluatorOptions::timing_gate.
   virtual void hold(bool) {}
   virtual std::string describe() const = 0;
 };

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <future>
 #include <sstream>
 
 #include "common/fs.h"
@@ -203,6 +205,42 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
       EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
     }
   }
+}
+
+// A trainer sharing the judges' GPU holds timing while its own kernels run: the candidate is
+// compiled and checked, but its timing waits for the release; then it is timed and passes.
+TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  ProblemPtr add;
+  for (const auto& q : problems)
+    if (q->stem == "1_Add") add = q;
+  Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o;
+  o.device = "cpu";
+  o.cache_dir = mc::test::test_cache_dir();
+  o.sandbox_exe = MUSACODER_BINARY;
+  o.progress = false;
+  o.timing_gate = true;
+  Evaluator ev(cfg, o);
+  ev.hold_timing(true);
+  std::promise<EvalResult> got;
+  auto fut = got.get_future();
+  ev.submit(c, [&](EvalResult r) { got.set_value(std::move(r)); });
+  // Wait until the candidate is inside the judge, then give its trials time to finish: no result
+  // may come while timing is held.
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (ev.stats().executing == 0 && std::chrono::steady_clock::now() < until &&
+         fut.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout) {
+  }
+  EXPECT_EQ(fut.wait_for(std::chrono::seconds(8)), std::future_status::timeout) << "timed while held";
+  ev.hold_timing(false);
+  ASSERT_EQ(fut.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  EvalResult r = fut.get();
+  EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
+  EXPECT_TRUE(r.candidate_time.has_value());
 }
 
 // `musacoder selftest` on the CPU: valid re-implementations (float64, another summation order,
