@@ -72,6 +72,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
       convo.push_back(prompts[p].messages);
     }
   const int64_t max_seq = engine_.options().max_seq_len;
+  std::map<std::pair<std::string, std::string>, std::pair<size_t, int>> judged;  // (problem, text) -> (trajectory, turn)
 
   for (int turn = 1; turn <= o.max_turns; ++turn) {
     // Who answers this turn: request r -> (trajectories it serves).
@@ -118,9 +119,20 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
 
     // Generate; each sampled answer goes to MooreEval at once (planted ones after generation).
     std::vector<size_t> pending_planted;
+    // An answer identical to one already judged this step (same problem, same text) is not
+    // judged again: it gets that verdict. Verification costs less, and identical answers get
+    // the same score, where timing noise would otherwise give them different rewards and so
+    // advantages with no cause in the policy (a memorizing model samples many twins).
+    std::vector<size_t> twins;
     auto submit = [&](size_t i) {
       Trajectory& t = traj[i];
       const synth::Task& task = tasks[prompts[t.prompt].task];
+      auto [it, fresh] = judged.try_emplace({task.problem->key, t.turns.back().text}, std::make_pair(i, turn));
+      if (!fresh) {
+        t.turns.back().twin_of = it->second;
+        twins.push_back(i);
+        return;
+      }
       eval::Candidate c;
       c.problem = task.problem;
       c.problem_ref = task.problem->key;
@@ -175,9 +187,15 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
     if (o.hold_judges) verifier_.hold(false);
     auto t1 = Clock::now();
     for (auto& [i, r] : verifier_.collect()) traj[i].turns.back().result = std::move(r);
+    for (size_t i : twins) {
+      TurnRecord& rec = traj[i].turns.back();
+      rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
+      rec.result.sample_id = fmt::format("{}-p{}-g{}-t{}", o.tag, traj[i].prompt, traj[i].sample, turn);
+    }
     if (stats) {
       stats->verify_wait_s += since(t1);
       for (auto& ids : served) stats->answers += static_cast<int64_t>(ids.size());
+      stats->twins += static_cast<int64_t>(twins.size());
     }
     for (auto& ids : served)
       for (size_t i : ids) {

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -43,6 +44,9 @@ struct TurnRecord {
   std::string text, finish_reason;
   eval::EvalResult result;
   bool planted = false;          // tests: the answer was injected, not sampled
+  // (trajectory, turn) of an identical answer judged earlier in the step, whose verdict this
+  // one shares (it was not judged again).
+  std::optional<std::pair<size_t, int>> twin_of;
   bool passed() const { return result.verdict == eval::Verdict::kOk; }
   bool infra() const { return result.is_infra() || !result.reward; }
   double score() const { return result.reward.value_or(0.0); }  // s_k
@@ -80,6 +84,7 @@ struct RolloutOptions {
 struct RolloutStats {
   double generate_s = 0, verify_wait_s = 0;  // engine time; waiting for MooreEval after generating
   int64_t generated_tokens = 0, answers = 0;
+  int64_t twins = 0;  // answers identical to one judged earlier in the step (not judged again)
 };
 
 class RolloutRunner {

@@ -339,6 +339,7 @@ RlResult run_rl(const RlOptions& o) {
     json acc = json::object();
     json events = json::array();
     auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
+    add("twin_answers", static_cast<double>(rstats.twins));
     for (size_t p = 0; p < mine.size(); ++p) {
       std::vector<size_t> scored;
       bool any_pass = false;
@@ -405,8 +406,10 @@ RlResult run_rl(const RlOptions& o) {
     }
     for (const auto& t : traj)
       if (t.infra())
-        for (const auto& r : t.turns)
-          if (r.infra()) merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+        for (const auto& r : t.turns) {
+          add("infra_answers", 1);
+          merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+        }
 
     // --- 4-5. recompute log-probs, MirrorPop, the clipped loss, backward
     auto t_train = Clock::now();
@@ -582,6 +585,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"turn1_truncated_share", ratio(num(m, "turn1_truncated"), scored)},
                 {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
                 {"answers", answers},
+                {"twin_answers_share", ratio(num(m, "twin_answers"), num(m, "answers") + num(m, "infra_answers"))},
                 {"context_full", num(m, "context_full")},
                 {"generate_s", rstats.generate_s},
                 {"verify_wait_s", rstats.verify_wait_s},

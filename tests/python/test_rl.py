@@ -131,6 +131,9 @@ def test_rl_steps_reach_every_branch(setup):
     assert s1["solved_by_turn2"] == pytest.approx(2 / 4)
     assert s1["all_failed_share"] == pytest.approx(0.5) and s1["bdr_added"] == 1 and s1["bdr_size"] == 1
     assert s1["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, s1["verdicts"]
+    # Identical answers are judged once: 1_Add's turn-2 answer is sample 0's turn-1 answer, and
+    # 2_ReLU's four answers are one text.
+    assert s1["twin_answers_share"] == pytest.approx(4 / 7)
     # Step 2: the buffered problem comes back as a repair task (first slot) and is repaired.
     assert s2["repair_prompts"] == 1 and s2["bdr_reissued"] == 1
     assert s2["bdr_recovered"] == 1 and s2["bdr_repaired_removed"] == 1 and s2["bdr_size"] == 0
