@@ -277,6 +277,10 @@ RlResult run_rl(const RlOptions& o) {
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
   };
 
+  // Verifier failures, each with what the verifier said (OUT/infra_errors[-rankN].jsonl).
+  std::ofstream infra_log(fs::path(o.out_dir) / (dist.world() > 1 ? fmt::format("infra_errors-rank{:05d}.jsonl", dist.rank())
+                                                                    : std::string("infra_errors.jsonl")),
+                          std::ios::app);
   ProgressBar bar("rl", static_cast<size_t>(std::max<int64_t>(0, sched.total_steps - start)), main && o.progress);
   for (int64_t step = start; step < sched.total_steps; ++step) {
     auto t_step = Clock::now();
@@ -409,6 +413,14 @@ RlResult run_rl(const RlOptions& o) {
         for (const auto& r : t.turns) {
           add("infra_answers", 1);
           merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+          if (r.infra()) {
+            // Never a score, never lost: what the verifier said, for whoever runs the service.
+            infra_log << dump_text({{"step", step + 1}, {"problem", tasks[mine[t.prompt].task].problem->key},
+                                    {"sample_id", r.result.sample_id}, {"verdict", eval::to_string(r.result.verdict)},
+                                    {"infra_error", r.result.infra_error}, {"reason", r.result.reason}})
+                      << "\n";
+            infra_log.flush();
+          }
         }
 
     // --- 4-5. recompute log-probs, MirrorPop, the clipped loss, backward
