@@ -161,7 +161,6 @@ std::optional<int> TrainCommands::run() {
     MC_CHECK(m.verify_device == "cuda" || m.verify_device == "cpu", "--verify-device: '", m.verify_device, "' is not cuda or cpu");
     MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
-    MC_CHECK(r.verifier_url.empty() || m.verify_device == "cuda", "--verifier and --verify-device cpu contradict each other");
     r.prime_echo.enabled = !m.no_primeecho;
     r.bdr = !m.no_bdr;
     r.mirror_pop = !m.no_mirrorpop;

@@ -176,13 +176,7 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
         rest.push_back(i);
         continue;
       }
-      serve::VerifyItem it;
-      it.problem_source = c.problem->source;
-      it.problem_name = c.problem->stem;
-      it.level = c.problem->level;
-      it.answer = c.answer;
-      it.sample_id = c.sample_id;
-      items.push_back(std::move(it));
+      items.push_back(serve::verify_item(c));
       sent.push_back(i);
     }
     serve::VerifyClient client(co);

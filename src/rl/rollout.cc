@@ -124,6 +124,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
     // the same score, where timing noise would otherwise give them different rewards and so
     // advantages with no cause in the policy (a memorizing model samples many twins).
     std::vector<size_t> twins;
+    auto sample_id = [&](const Trajectory& t) { return fmt::format("{}-p{}-g{}-t{}", o.tag, t.prompt, t.sample, turn); };
     auto submit = [&](size_t i) {
       Trajectory& t = traj[i];
       const synth::Task& task = tasks[prompts[t.prompt].task];
@@ -136,7 +137,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
       eval::Candidate c;
       c.problem = task.problem;
       c.problem_ref = task.problem->key;
-      c.sample_id = fmt::format("{}-p{}-g{}-t{}", o.tag, t.prompt, t.sample, turn);
+      c.sample_id = sample_id(t);
       c.answer = t.turns.back().text;
       c.origin = "rollout";
       verifier_.submit(i, std::move(c));
@@ -190,7 +191,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
     for (size_t i : twins) {
       TurnRecord& rec = traj[i].turns.back();
       rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
-      rec.result.sample_id = fmt::format("{}-p{}-g{}-t{}", o.tag, traj[i].prompt, traj[i].sample, turn);
+      rec.result.sample_id = sample_id(traj[i]);
     }
     if (stats) {
       stats->verify_wait_s += since(t1);

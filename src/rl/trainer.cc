@@ -201,7 +201,7 @@ RlResult run_rl(const RlOptions& o) {
   eopts.timing_gate = o.hold_judges;  // they time on our GPU: not while we generate or train
   std::unique_ptr<Verifier> verifier = o.verifier_url.empty()
                                            ? make_in_process_verifier(o.eval_config, eopts)
-                                           : make_service_verifier(o.verifier_url, o.verifier_token, o.eval_config);
+                                           : make_service_verifier(o.verifier_url, o.verifier_token);
   PlantedAnswers planted;
   if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);
 

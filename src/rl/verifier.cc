@@ -61,7 +61,7 @@ class InProcessVerifier : public Verifier {
 
 class ServiceVerifier : public Verifier {
  public:
-  ServiceVerifier(const std::string& url, const std::string& token, const eval::EvalConfig& cfg) : cfg_(cfg) {
+  ServiceVerifier(const std::string& url, const std::string& token) {
     co_.url = url;
     co_.token = token;
     serve::VerifyClient probe(co_);
@@ -77,13 +77,7 @@ class ServiceVerifier : public Verifier {
     std::vector<serve::VerifyItem> items;
     std::vector<size_t> ids;
     for (auto& [id, c] : queued_) {
-      serve::VerifyItem it;
-      it.problem_source = c.problem->source;
-      it.problem_name = c.problem->stem;
-      it.level = c.problem->level;
-      it.answer = c.answer;
-      it.sample_id = c.sample_id;
-      items.push_back(std::move(it));
+      items.push_back(serve::verify_item(c));
       ids.push_back(id);
     }
     std::vector<nlohmann::json> got;
@@ -114,7 +108,6 @@ class ServiceVerifier : public Verifier {
   std::string describe() const override { return "MooreEval service at " + co_.url; }
 
  private:
-  eval::EvalConfig cfg_;
   serve::ClientOptions co_;
   std::vector<std::pair<size_t, eval::Candidate>> queued_;
 };
@@ -125,8 +118,8 @@ std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, 
   return std::make_unique<InProcessVerifier>(cfg, opts);
 }
 
-std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token, const eval::EvalConfig& cfg) {
-  return std::make_unique<ServiceVerifier>(url, token, cfg);
+std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token) {
+  return std::make_unique<ServiceVerifier>(url, token);
 }
 
 }  // namespace mc::rl

@@ -32,7 +32,7 @@ class Verifier {
 };
 
 std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts);
-std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
-                                                const eval::EvalConfig& cfg);
+// The service judges with its own configuration (the one it was started with).
+std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token);
 
 }  // namespace mc::rl

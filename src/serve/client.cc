@@ -13,6 +13,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+}  // namespace
+
+VerifyItem verify_item(const eval::Candidate& c) {
+  VerifyItem it;
+  it.problem_source = c.problem->source;
+  it.problem_name = c.problem->stem;
+  it.level = c.problem->level;
+  it.answer = c.answer;
+  it.sample_id = c.sample_id;
+  return it;
+}
+
+namespace {
+
 nlohmann::json item_json(const VerifyItem& it) {
   nlohmann::json j = {{"answer", it.answer}, {"sample_id", it.sample_id}};
   if (!it.problem_source.empty()) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "eval/candidates.h"
 
 namespace mc::serve {
 
@@ -31,6 +32,10 @@ struct VerifyItem {
   std::string answer;
   std::string sample_id = "0";
 };
+
+// A candidate with a resolved problem, as the service is asked about it (the problem's source,
+// so the server need not know the problem set).
+VerifyItem verify_item(const eval::Candidate& c);
 
 // A 4xx answer other than 429: the request itself is wrong; retrying will not help.
 class ClientError : public Error {

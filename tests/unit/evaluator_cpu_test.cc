@@ -17,6 +17,16 @@ using namespace mc::eval;
 
 namespace {
 
+// Judges on the CPU, candidates sandboxed by the built musacoder, the tests' compile cache.
+EvaluatorOptions cpu_options() {
+  EvaluatorOptions o;
+  o.device = "cpu";
+  o.cache_dir = mc::test::test_cache_dir();
+  o.sandbox_exe = MUSACODER_BINARY;
+  o.progress = false;
+  return o;
+}
+
 struct CaseRun {
   std::vector<Candidate> cands;
   std::vector<std::string> expect;
@@ -41,11 +51,7 @@ CaseRun run_cases(bool skip_static) {
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
   cfg.timing_budget_s = 0.2;
-  EvaluatorOptions o;
-  o.device = "cpu";
-  o.cache_dir = mc::test::test_cache_dir();
-  o.sandbox_exe = MUSACODER_BINARY;
-  o.progress = false;
+  EvaluatorOptions o = cpu_options();
   o.skip_static = skip_static;
   o.compile_workers = 2;
   Evaluator ev(cfg, o);
@@ -188,11 +194,7 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
   cfg.timing = false;
-  EvaluatorOptions o;
-  o.device = "cpu";
-  o.cache_dir = mc::test::test_cache_dir();
-  o.sandbox_exe = MUSACODER_BINARY;
-  o.progress = false;
+  EvaluatorOptions o = cpu_options();
   Evaluator ev(cfg, o);
   auto rows = ev.run(cands, nullptr);
   ASSERT_EQ(rows.size(), cands.size());
@@ -218,11 +220,7 @@ TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
   cfg.timing_budget_s = 0.1;
-  EvaluatorOptions o;
-  o.device = "cpu";
-  o.cache_dir = mc::test::test_cache_dir();
-  o.sandbox_exe = MUSACODER_BINARY;
-  o.progress = false;
+  EvaluatorOptions o = cpu_options();
   o.timing_gate = true;
   Evaluator ev(cfg, o);
   ev.hold_timing(true);
