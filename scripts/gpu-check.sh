@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small / rl-small take several slices: they are run by name)   BIN=path/to/musacoder (default: build it)
+#   2+ GPUs, and rft-small / rl-small take several slices and bench-model needs the small model: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -108,6 +108,18 @@ rows=[json.loads(l) for l in open(sys.argv[1])]
 open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","id","text","finish_reason","prompt_tokens") if k in r})+"\n" for r in rows)' "$W/rft/samples.jsonl"
       fi
       tar czf "$OUT/rft-small.tgz" -C "$W" --exclude=./model --exclude=./sft/checkpoints --exclude=./synth/work . ;;
+    bench-model)
+      # bench-model on the GPU (bench/bench_model_gpu.py): the small SFT model of rl-small
+      # (trained first when RFT_WORK has none) through --model on KernelBench level 1 (a subset,
+      # with eager and torch.compile baselines) and on the held-out synthesized problems, then
+      # through serve-model + --endpoint on the same problems. BM_ARGS: more options.
+      W=${RFT_WORK:-$PWD/.gl/rft-work}
+      mkdir -p "$W"
+      if [ ! -d .kb/bench/KernelBench ]; then echo "bench-model: no KernelBench in .kb/bench (carry it)"; rc=1; continue; fi
+      # shellcheck disable=SC2086
+      python3 bench/bench_model_gpu.py --musacoder "$BIN" --work "$W" --kernelbench .kb/bench/KernelBench \
+        --out "$OUT/bench-model" ${BM_ARGS:-} 2>&1 | tee -a "$OUT/bench-model.log" || rc=1
+      ;;
     rl-small)
       # Multi-turn GRPO on the small model of rft-small (bench/small_model_rft.py --stages rl):
       # synth and SFT first when the work folder does not have them yet (RL_STAGES), then

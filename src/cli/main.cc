@@ -29,6 +29,7 @@
 #include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
 #include "cli/rft_command.h"
+#include "cli/bench_command.h"
 #include "cli/synth_command.h"
 #include "cli/tokenize_command.h"
 
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
   ServeCommands serve_cmds(app);
   SynthCommand synth_cmd(app);
   RftCommand rft_cmd(app);
+  BenchCommand bench_cmd(app);
   TokenizeCommand tokenize_cmd(app);
   SelftestCommand selftest_cmd(app);
   PlotCommand plot_cmd(app);
@@ -263,6 +265,7 @@ int main(int argc, char** argv) {
     if (auto rc = serve_cmds.run()) return *rc;
     if (auto rc = synth_cmd.run()) return *rc;
     if (auto rc = rft_cmd.run()) return *rc;
+    if (auto rc = bench_cmd.run()) return *rc;
     if (auto rc = tokenize_cmd.run()) return *rc;
     if (auto rc = selftest_cmd.run()) return *rc;
     if (auto rc = plot_cmd.run()) return *rc;

@@ -57,7 +57,7 @@ struct ModelCommands::Impl {
   std::string prompt, prompts_file, out, system;
   gen::SamplingParams sp;
   uint64_t seed = 0;
-  bool has_seed = false, chat = false, no_progress = false, no_graphs = false;
+  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   std::string stats_file;
@@ -110,6 +110,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
   m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
+  m.gen->add_flag("--stream", m.stream, "write each sample as it finishes (completion order), not at the end in prompt order");
   m.gen->add_option("--stats", m.stats_file, "write throughput and memory as JSON here");
   m.gen->add_flag("--no-progress", m.no_progress, "no progress bar");
 
@@ -214,13 +215,6 @@ int ModelCommands::Impl::run_generate() {
   }
   int64_t budget = 0;
   for (const auto& r : reqs) budget += int64_t{r.params.n} * r.params.max_new_tokens;
-  auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::vector<gen::Completion>> results;
-  {
-    ProgressBar bar("generate (tokens)", budget, !no_progress);
-    results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); });
-  }
-  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::ofstream file;
   if (!out.empty()) {
     file.open(out, std::ios::binary);
@@ -228,16 +222,27 @@ int ModelCommands::Impl::run_generate() {
   }
   std::ostream& os = out.empty() ? std::cout : file;
   int64_t samples = 0;
-  for (size_t i = 0; i < results.size(); ++i)
-    for (size_t j = 0; j < results[i].size(); ++j) {
-      const auto& c = results[i][j];
-      json row{{"index", i}, {"sample", j}, {"prompt_tokens", items[i].ids.size()}, {"tokens", c.tokens},
-               {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
-      if (!items[i].id.is_null()) row["id"] = items[i].id;
-      if (tokenizer) row["text"] = c.text;
-      os << dump(row) << "\n";
-      ++samples;
-    }
+  auto write_row = [&](size_t i, size_t j, const gen::Completion& c) {
+    json row{{"index", i}, {"sample", j}, {"prompt_tokens", items[i].ids.size()}, {"tokens", c.tokens},
+             {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
+    if (!items[i].id.is_null()) row["id"] = items[i].id;
+    if (tokenizer) row["text"] = c.text;
+    os << dump(row) << "\n";
+    if (stream) os.flush();  // a reader (bench-model) verifies it while the rest are generated
+    ++samples;
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<gen::Completion>> results;
+  {
+    ProgressBar bar("generate (tokens)", budget, !no_progress);
+    gen::GenerationEngine::CompletionCallback on_complete;
+    if (stream) on_complete = [&](size_t i, int j, const gen::Completion& c) { write_row(i, j, c); };
+    results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); }, on_complete);
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!stream)
+    for (size_t i = 0; i < results.size(); ++i)
+      for (size_t j = 0; j < results[i].size(); ++j) write_row(i, j, results[i][j]);
   const auto& st = engine.stats();
   auto peak = peak_memory_gib(device);
   double tps = st.generated_tokens / secs;

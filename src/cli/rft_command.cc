@@ -47,17 +47,7 @@ RftCommand::RftCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--shingle", m.o.selection.shingle_tokens, "tokens per shingle")->capture_default_str();
   s->add_flag("--train", m.o.train, "then run `train sft` on the selected answers (into OUT/sft)");
   s->add_option("--train-args", m.train_args, "extra `train sft` options, e.g. \"--epochs 2 --lr 1e-5\"");
-  // The verifier (in-process judges).
-  s->add_option("--gpus", m.run.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
-  s->add_option("--device", m.run.device, "judges on cuda, or cpu (tests)")
-      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
-  s->add_option("--cache-dir", m.run.cache_dir, "compile cache and reference timings")->envname("MUSACODER_CACHE_DIR");
-  s->add_option("--timing-budget", m.run.cfg.timing_budget_s, "seconds of timing per callable")->capture_default_str();
-  s->add_option("--trial-timeout", m.run.cfg.trial_timeout_s, "seconds per correctness trial")->capture_default_str();
-  s->add_option("--spares", m.run.spares, "warm candidate processes per judge")->envname("MUSACODER_SPARES");
-  s->add_option("--cuda-arch", m.run.cuda_arch, "compute capability without the dot (default: detect)")
-      ->envname("MUSACODER_CUDA_ARCH");
-  s->add_flag("--no-progress", m.run.no_progress, "no progress bars");
+  add_judge_options(s, m.run);
 }
 
 RftCommand::~RftCommand() = default;

@@ -59,6 +59,19 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
       ->envname("MUSACODER_CUDA_ARCH");
 }
 
+void add_judge_options(CLI::App* app, RunOptions& o) {
+  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
+  app->add_option("--device", o.device, "judges on cuda, or cpu (tests)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
+  app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")->envname("MUSACODER_CACHE_DIR");
+  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")->capture_default_str();
+  app->add_option("--trial-timeout", o.cfg.trial_timeout_s, "seconds per correctness trial")->capture_default_str();
+  app->add_option("--spares", o.spares, "warm candidate processes per judge")->envname("MUSACODER_SPARES");
+  app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
+      ->envname("MUSACODER_CUDA_ARCH");
+  app->add_flag("--no-progress", o.no_progress, "no progress bars");
+}
+
 eval::EvaluatorOptions evaluator_options(RunOptions& o) {
   for (const auto& a : o.allow) o.cfg.allow.insert(a);
   eval::EvaluatorOptions eo;

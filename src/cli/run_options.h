@@ -36,6 +36,9 @@ std::vector<int> parse_gpus(const std::string& s);
 std::string self_exe();
 // --problems is required unless `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
+// The in-process judges of commands that verify answers they make or fetch (rft, bench-model):
+// --gpus --device --cache-dir --timing-budget --trial-timeout --spares --cuda-arch --no-progress.
+void add_judge_options(CLI::App* app, RunOptions& o);
 eval::EvaluatorOptions evaluator_options(RunOptions& o);
 std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o);
 

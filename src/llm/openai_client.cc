@@ -110,4 +110,22 @@ std::vector<Completion> OpenAIClient::complete(const std::string& model, const s
   return choices(post("/completions", body), false);
 }
 
+std::vector<std::string> OpenAIClient::models() {
+  httplib::Client cli(host_);
+  cli.set_connection_timeout(10, 0);
+  cli.set_read_timeout(30, 0);
+  httplib::Headers headers;
+  if (!opts_.api_key.empty()) headers.emplace("Authorization", "Bearer " + opts_.api_key);
+  auto res = cli.Get(prefix_ + "/models", headers);
+  MC_CHECK(res, "endpoint ", opts_.base_url, " does not answer (", httplib::to_string(res.error()), ")");
+  MC_CHECK(res->status == 200, "endpoint ", opts_.base_url, ": GET ", prefix_, "/models answered HTTP ", res->status, ": ",
+           res->body.substr(0, 300));
+  std::vector<std::string> out;
+  auto j = nlohmann::json::parse(res->body, nullptr, false);
+  if (j.is_object() && j.contains("data") && j["data"].is_array())
+    for (const auto& m : j["data"])
+      if (m.contains("id") && m["id"].is_string()) out.push_back(m["id"]);
+  return out;
+}
+
 }  // namespace mc::llm

@@ -55,6 +55,9 @@ class OpenAIClient {
   std::vector<Completion> chat(const std::string& model, const std::vector<ChatMessage>& messages,
                                const SamplingParams& params);
   std::vector<Completion> complete(const std::string& model, const std::string& prompt, const SamplingParams& params);
+  // GET /v1/models: the served model ids. Throws mc::Error naming the URL when the server does
+  // not answer or refuses (one try: this is the reachability check before a run).
+  std::vector<std::string> models();
 
  private:
   nlohmann::json post(const std::string& path, const nlohmann::json& body);

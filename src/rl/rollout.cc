@@ -47,7 +47,7 @@ const std::string* PlantedAnswers::find(const std::string& problem, int64_t step
 }
 
 RolloutRunner::RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
-                             Verifier& verifier, const PlantedAnswers* planted)
+                             serve::Verifier& verifier, const PlantedAnswers* planted)
     : engine_(engine), model_(model), tok_(tok), verifier_(verifier), planted_(planted) {
   im_end_ = tok_.token_to_id("<|im_end|>");
   MC_CHECK(im_end_ >= 0, "the tokenizer has no <|im_end|> token: RL rollouts are ChatML conversations");

@@ -23,7 +23,7 @@
 #include "eval/result.h"
 #include "generate/engine.h"
 #include "model/qwen_model.h"
-#include "rl/verifier.h"
+#include "serve/verifier.h"
 #include "synth/task_set.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
@@ -91,7 +91,7 @@ class RolloutRunner {
  public:
   // All references must outlive the runner. `planted` may be null.
   RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
-                Verifier& verifier, const PlantedAnswers* planted);
+                serve::Verifier& verifier, const PlantedAnswers* planted);
   // Trajectories prompt by prompt, G each, in order.
   std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                               const RolloutOptions& o, RolloutStats* stats);
@@ -102,7 +102,7 @@ class RolloutRunner {
   gen::GenerationEngine& engine_;
   const model::QwenModel& model_;
   const tok::BpeTokenizer& tok_;
-  Verifier& verifier_;
+  serve::Verifier& verifier_;
   const PlantedAnswers* planted_;
   int32_t im_end_ = -1;
 };

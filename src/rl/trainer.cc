@@ -24,7 +24,7 @@
 #include "rl/advantages.h"
 #include "rl/mirror_pop.h"
 #include "rl/rollout.h"
-#include "rl/verifier.h"
+#include "serve/verifier.h"
 #include "synth/prompt.h"
 #include "synth/task_set.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -199,9 +199,9 @@ RlResult run_rl(const RlOptions& o) {
   for (size_t i = 0; i < tasks.size(); ++i) task_by_key[tasks[i].problem->key] = i;
   eval::EvaluatorOptions eopts = o.evaluator;
   eopts.timing_gate = o.hold_judges;  // they time on our GPU: not while we generate or train
-  std::unique_ptr<Verifier> verifier = o.verifier_url.empty()
-                                           ? make_in_process_verifier(o.eval_config, eopts)
-                                           : make_service_verifier(o.verifier_url, o.verifier_token);
+  std::unique_ptr<serve::Verifier> verifier = o.verifier_url.empty()
+                                           ? serve::make_in_process_verifier(o.eval_config, eopts)
+                                           : serve::make_service_verifier(o.verifier_url, o.verifier_token);
   PlantedAnswers planted;
   if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);
 

@@ -198,7 +198,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
     for (size_t i = 0; i < live.size(); ++i) {
       if (auto c = dc.check(traces[i], compute_ops(live[i]->g))) drop(*live[i], "contaminated", c->rule + " with " + c->benchmark + " (" + c->detail + ")");
     }
-    report["decontamination"] = {{"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
+    report["decontamination"] = {{"benchmark", fs::absolute(o.decontaminate_dir).string()}, {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
                                  {"dropped", dropped_by["contaminated"]}};
   }
 

@@ -1,4 +1,4 @@
-#include "rl/verifier.h"
+#include "serve/verifier.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,7 +9,7 @@
 #include "common/check.h"
 #include "serve/client.h"
 
-namespace mc::rl {
+namespace mc::serve {
 namespace {
 
 using Results = std::vector<std::pair<size_t, eval::EvalResult>>;
@@ -64,7 +64,7 @@ class ServiceVerifier : public Verifier {
   ServiceVerifier(const std::string& url, const std::string& token) {
     co_.url = url;
     co_.token = token;
-    serve::VerifyClient probe(co_);
+    VerifyClient probe(co_);
     try {
       probe.health();
     } catch (const std::exception& e) {
@@ -74,17 +74,17 @@ class ServiceVerifier : public Verifier {
   void submit(size_t id, eval::Candidate c) override { queued_.emplace_back(id, std::move(c)); }
   Results collect() override {
     Results out;
-    std::vector<serve::VerifyItem> items;
+    std::vector<VerifyItem> items;
     std::vector<size_t> ids;
     for (auto& [id, c] : queued_) {
-      items.push_back(serve::verify_item(c));
+      items.push_back(verify_item(c));
       ids.push_back(id);
     }
     std::vector<nlohmann::json> got;
     std::string failure;
     if (!items.empty()) {
       try {
-        got = serve::VerifyClient(co_).verify(items);
+        got = VerifyClient(co_).verify(items);
       } catch (const std::exception& e) {
         failure = e.what();  // every answer of this batch: an infra error, not a score
       }
@@ -108,7 +108,7 @@ class ServiceVerifier : public Verifier {
   std::string describe() const override { return "MooreEval service at " + co_.url; }
 
  private:
-  serve::ClientOptions co_;
+  ClientOptions co_;
   std::vector<std::pair<size_t, eval::Candidate>> queued_;
 };
 
@@ -122,4 +122,4 @@ std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const st
   return std::make_unique<ServiceVerifier>(url, token);
 }
 
-}  // namespace mc::rl
+}  // namespace mc::serve

@@ -1,9 +1,10 @@
-// How RL rollouts reach MooreEval. In process (the default): an eval::Evaluator that lives as
-// long as the run, so its compile pool and its judges stay warm across steps; an answer is
-// submitted the moment it is sampled and its compile starts while the rest are still being
-// generated. Through the service (--verifier URL): answers are sent in one batch per turn, for
-// GPU pools on other machines. Either way a verifier failure comes back as an infra_error row,
-// which carries no reward and is never a score.
+// How answers sampled from a policy (RL rollouts, bench-model) reach MooreEval. In process
+// (the default): an eval::Evaluator that lives as long as the run, so its compile pool and its
+// judges stay warm across steps; an answer is submitted the moment it is sampled and its
+// compile starts while the rest are still being generated. Through the service (--verifier
+// URL): answers are sent in one batch per collect(), for GPU pools on other machines. Either
+// way a verifier failure comes back as an infra_error row, which carries no reward and is never
+// a score.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,7 @@
 #include "eval/evaluator.h"
 #include "eval/result.h"
 
-namespace mc::rl {
+namespace mc::serve {
 
 class Verifier {
  public:
@@ -35,4 +36,4 @@ std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, 
 // The service judges with its own configuration (the one it was started with).
 std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token);
 
-}  // namespace mc::rl
+}  // namespace mc::serve

@@ -1,0 +1,246 @@
+#include "bench/report.h"
+
+#include <filesystem>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "bench/provenance.h"
+#include "common/check.h"
+#include "common/fs.h"
+#include "report/grid_plot.h"
+#include "report/line_plot.h"
+
+namespace mc::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string pct(double v) { return fmt::format("{:.1f}%", 100 * v); }
+
+struct Scope {
+  std::string name;                  // "all" or "level N"
+  std::vector<std::string> problems;
+};
+
+std::vector<Scope> scopes(const std::vector<BenchProblem>& set) {
+  std::vector<Scope> out = {{"all", {}}};
+  std::map<int, std::vector<std::string>> by_level;
+  for (const auto& p : set) {
+    out[0].problems.push_back(p.problem->key);
+    by_level[p.level].push_back(p.problem->key);
+  }
+  if (by_level.size() > 1 || (by_level.size() == 1 && by_level.begin()->first > 0))
+    for (auto& [l, ps] : by_level) out.push_back({"level " + std::to_string(l), ps});
+  return out;
+}
+
+std::string table_header(const std::vector<int>& ks) {
+  std::string h = fmt::format("{:<10}{:>9}", "scope", "problems");
+  for (int k : ks) h += fmt::format("{:>9}", "pass@" + std::to_string(k));
+  h += fmt::format("{:>8}{:>8}{:>8}{:>10}{:>8}{:>11}{:>9}{:>9}{:>9}{:>9}{:>7}\n", "avg@k", "fast_1", "fast_2", "fast_1.1",
+                   "Faster", "fast_1(tc)", "geomean", "compiled", "correct", "legal", "infra");
+  return h;
+}
+
+std::string table_row(const std::string& name, const Metrics& m, const std::vector<int>& ks) {
+  std::string r = fmt::format("{:<10}{:>9}", name, m.problems);
+  for (int k : ks) r += fmt::format("{:>9}", pct(m.pass_at.at(k)));
+  r += fmt::format("{:>8}{:>8}{:>8}{:>10}{:>8}{:>11}{:>9}{:>9}{:>9}{:>9}{:>7}\n", pct(m.avg_at_k), pct(m.fast_eager.at(1.0)),
+                   pct(m.fast_eager.at(2.0)), pct(m.fast_eager.at(1.1)), pct(m.faster), pct(m.fast_compile.at(1.0)),
+                   fmt::format("{:.2f}x", m.geomean_speedup), pct(m.compiled), pct(m.correct), pct(m.legal), m.infra_errors);
+  return r;
+}
+
+std::string md_row(const std::string& name, const Metrics& m, const std::vector<int>& ks) {
+  std::string r = fmt::format("| {} | {} |", name, m.problems);
+  for (int k : ks) r += " " + pct(m.pass_at.at(k)) + " |";
+  r += fmt::format(" {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} | {} | {} |\n", pct(m.avg_at_k),
+                   pct(m.fast_eager.at(0.0)), pct(m.fast_eager.at(1.0)), pct(m.fast_eager.at(1.1)), pct(m.fast_eager.at(2.0)),
+                   pct(m.fast_compile.at(1.0)), pct(m.fast_compile.at(1.1)), pct(m.fast_compile.at(2.0)), pct(m.faster),
+                   m.geomean_speedup, pct(m.compiled), pct(m.correct), pct(m.legal), m.infra_errors);
+  return r;
+}
+
+std::string md_header(const std::vector<int>& ks) {
+  std::string h = "| scope | problems |", sep = "|---|---:|";
+  for (int k : ks) h += fmt::format(" pass@{} |", k), sep += "---:|";
+  h += " avg@k | fast_0 | fast_1 | fast_1.1 | fast_2 | fast_1 (compile) | fast_1.1 (compile) | fast_2 (compile) | Faster | "
+       "geomean speedup | compiled | correct | legal | infra errors |\n";
+  sep += "---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  return h + sep;
+}
+
+// fast_p over p, one line per scope: the curve of KernelBench's paper.
+std::string fast_p_svg(const ReportInput& in, const std::vector<SampleOutcome>& final, bool with_compile) {
+  std::vector<report::Panel> panels;
+  for (bool vs_compile : {false, true}) {
+    if (vs_compile && !with_compile) continue;
+    report::Panel pn;
+    pn.title = vs_compile ? "fast_p vs torch.compile" : "fast_p vs eager PyTorch";
+    pn.x_label = "speedup threshold p";
+    for (const auto& sc : scopes(in.set)) {
+      report::Series s;
+      s.label = sc.name;
+      for (int i = 0; i <= 60; ++i) {
+        double p = i * 0.05;
+        s.x.push_back(p);
+        s.y.push_back(fast_p(final, sc.problems, p, vs_compile));
+      }
+      pn.series.push_back(std::move(s));
+    }
+    panels.push_back(std::move(pn));
+  }
+  return report::render_svg(panels, 2);
+}
+
+std::string grid_svg(const ReportInput& in, const std::vector<SampleOutcome>& final) {
+  report::Grid g;
+  g.title = fmt::format("{} problems x {} samples (after turn {})", in.set.size(), in.options.samples, in.options.turns);
+  for (int s = 0; s < in.options.samples; ++s) g.col_labels.push_back(std::to_string(s));
+  std::map<std::string, size_t> row;
+  for (const auto& p : in.set) {
+    row[p.problem->key] = g.row_labels.size();
+    g.row_labels.push_back(p.problem->key);
+  }
+  g.cells.assign(in.set.size(), std::vector<report::GridCell>(in.options.samples));
+  const std::map<std::string, std::string> colors = {
+      {"faster", "#1a7f37"}, {"ok", "#8fd19e"}, {"incorrect", "#f0a04b"}, {"compile_error", "#d62728"},
+      {"illegal", "#9467bd"}, {"static_violation", "#9467bd"}, {"runtime_error", "#8c564b"}, {"load_error", "#8c564b"},
+      {"timeout", "#8c564b"}, {"timing_error", "#e377c2"}, {"extract_error", "#999999"}, {"infra", "#ffffff"}};
+  for (const auto& o : final) {
+    auto it = row.find(o.problem);
+    if (it == row.end() || o.sample >= in.options.samples) continue;
+    report::GridCell& c = g.cells[it->second][o.sample];
+    std::string kind = !o.judged ? "infra" : o.correct ? (o.speedup_eager && *o.speedup_eager > 1.1 ? "faster" : "ok") : o.verdict;
+    c.color = colors.count(kind) ? colors.at(kind) : "#cccccc";
+    c.text = !o.judged ? "?" : o.turn > 1 ? std::to_string(o.turn) : "";
+    c.tooltip = fmt::format("{} sample {}: {}{}{}", o.problem, o.sample, o.judged ? o.verdict : "infra error (no score)",
+                            o.speedup_eager ? fmt::format(", {:.2f}x eager", *o.speedup_eager) : "",
+                            o.judged ? fmt::format(", turn {}", o.turn) : "");
+  }
+  g.legend = {{colors.at("faster"), "correct, >1.1x eager"}, {colors.at("ok"), "correct"},
+              {colors.at("incorrect"), "incorrect"},       {colors.at("compile_error"), "compile error"},
+              {colors.at("illegal"), "illegal"},           {colors.at("runtime_error"), "crash / timeout / load"},
+              {colors.at("timing_error"), "timing error"}, {colors.at("extract_error"), "no code"},
+              {"#ffffff", "? infra error (no score)"},     {"#cccccc", "digit: passing turn"}};
+  return report::render_grid_svg(g);
+}
+
+}  // namespace
+
+BenchResult write_report(const ReportInput& in) {
+  const BenchOptions& o = in.options;
+  const fs::path out(o.out_dir);
+  std::vector<int> ks = {1};
+  if (o.samples > 1) ks.push_back(o.samples);
+  auto sc = scopes(in.set);
+  json per_turn = json::array();
+  std::vector<std::vector<Metrics>> m(in.by_turn.size());  // [turn - 1][scope]
+  for (size_t t = 0; t < in.by_turn.size(); ++t) {
+    json levels = json::object();
+    for (size_t i = 0; i < sc.size(); ++i) {
+      m[t].push_back(compute_metrics(in.by_turn[t], sc[i].problems, ks));
+      if (i > 0) levels[sc[i].name.substr(6)] = metrics_json(m[t][i]);
+    }
+    per_turn.push_back({{"turn", t + 1}, {"all", metrics_json(m[t][0])}, {"levels", levels}});
+  }
+  const auto& final = in.by_turn.back();
+  const Metrics& fin = m.back()[0];
+  bool with_compile = false;
+  for (const auto& x : final) with_compile |= x.compile_over_eager.has_value();
+  json settings = json::parse(read_file(out / "run.json"));
+  json decon = decontamination_note(o.model_dir, o.problems);
+  json timing = in.timing;
+  double wall = timing.value("wall_s", 0.0);
+  timing["problems_per_minute"] = wall > 0 ? 60.0 * in.set.size() / wall : 0.0;
+  json problems = json::array();
+  for (const auto& x : final)
+    problems.push_back({{"problem", x.problem}, {"level", x.level}, {"sample", x.sample}, {"judged", x.judged},
+                        {"verdict", x.verdict}, {"turn", x.turn},
+                        {"speedup_eager", x.speedup_eager ? json(*x.speedup_eager) : json(nullptr)}});
+  json report = {{"format_version", 1}, {"settings", settings}, {"source", in.source}, {"per_turn", per_turn},
+                 {"final", metrics_json(fin)}, {"timing", timing},
+                 {"baseline", in.baseline.value("source", "")}, {"decontamination", decon}, {"samples", problems}};
+
+  // For people: the table after the last turn, and the turns' progress.
+  std::string t = fmt::format("bench-model: {} problems x {} samples, {} turn(s), from {}\n", in.set.size(), o.samples, o.turns,
+                              in.source);
+  t += fmt::format("prompt: {}; format: {}\n\n", settings.value("prompt", ""), o.format);
+  t += table_header(ks);
+  for (size_t i = 0; i < sc.size(); ++i) t += table_row(sc[i].name, m.back()[i], ks);
+  if (o.turns > 1) {
+    t += fmt::format("\n{:<6}{:>9}{:>9}{:>9}{:>9}\n", "turn", "pass@1", fmt::format("pass@{}", ks.back()), "avg@k", "fast_1");
+    for (size_t k = 0; k < m.size(); ++k)
+      t += fmt::format("{:<6}{:>9}{:>9}{:>9}{:>9}\n", k + 1, pct(m[k][0].pass_at.at(1)), pct(m[k][0].pass_at.at(ks.back())),
+                       pct(m[k][0].avg_at_k), pct(m[k][0].fast_eager.at(1.0)));
+  }
+  t += "\nverdicts:";
+  for (const auto& [v, n] : fin.verdicts) t += fmt::format(" {} {}", v, n);
+  t += "\nlegality rules fired:";
+  if (fin.rules.empty()) t += " none";
+  for (const auto& [r, n] : fin.rules) t += fmt::format(" {} {}", r, n);
+  t += fmt::format("\ntime: {:.1f} s wall ({:.1f} s generation, {:.1f} s verification after it, {:.1f} s baseline), {:.2f} problems/min\n",
+                   wall, timing.value("generation_s", 0.0), timing.value("verification_after_generation_s", 0.0),
+                   timing.value("baseline_s", 0.0), timing["problems_per_minute"].get<double>());
+  t += "decontamination: " + decon.value("text", "") + "\n";
+  if (!with_compile) t += "vs torch.compile: no baseline (" + in.baseline.value("source", std::string("none")) + ")\n";
+
+  // Markdown, with the plots.
+  std::string md = "# bench-model report\n\n";
+  md += fmt::format("- problems: {} ({}), {} samples each, {} turn(s)\n- answers from: {}\n- prompt: {}; solution format: {}\n",
+                    in.set.size(), o.problems, o.samples, o.turns, in.source, settings.value("prompt", ""), o.format);
+  md += fmt::format("- sampling: temperature {}, top-p {}, at most {} new tokens\n", o.sampling.temperature, o.sampling.top_p,
+                    o.sampling.max_new_tokens);
+  md += "- baseline: " + in.baseline.value("source", std::string("none")) + "\n";
+  md += "- decontamination: " + decon.value("text", "") + "\n";
+  md += fmt::format("- time: {:.1f} s wall; generation {:.1f} s; verification after generation {:.1f} s; baseline {:.1f} s; "
+                    "{:.2f} problems/min\n\n",
+                    wall, timing.value("generation_s", 0.0), timing.value("verification_after_generation_s", 0.0),
+                    timing.value("baseline_s", 0.0), timing["problems_per_minute"].get<double>());
+  for (size_t k = 0; k < m.size(); ++k) {
+    md += fmt::format("## After turn {}\n\n", k + 1) + md_header(ks);
+    for (size_t i = 0; i < sc.size(); ++i) md += md_row(sc[i].name, m[k][i], ks);
+    md += "\n";
+  }
+  md += "## Verdicts and legality rules (after the last turn)\n\n| verdict | samples |\n|---|---:|\n";
+  for (const auto& [v, n] : fin.verdicts) md += fmt::format("| {} | {} |\n", v, n);
+  md += "\n| rule fired | samples |\n|---|---:|\n";
+  for (const auto& [r, n] : fin.rules) md += fmt::format("| {} | {} |\n", r, n);
+  md += "\n## Plots\n\n![fast_p over p](fast_p.svg)\n\n![per problem](grid.svg)\n\n";
+  md += "Metrics: bench/metrics.h. Samples without a verdict (infra errors) are not scored.\n";
+
+  write_file_atomic(out / "report.json", report.dump(2));
+  write_file_atomic(out / "report.txt", t);
+  write_file_atomic(out / "report.md", md);
+  write_file_atomic(out / "fast_p.svg", fast_p_svg(in, final, with_compile));
+  write_file_atomic(out / "grid.svg", grid_svg(in, final));
+  return {report, t};
+}
+
+std::string compare_runs(const std::vector<std::string>& run_dirs) {
+  MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
+  std::string md = "| run | answers from | problems | samples | turns | pass@1 (turn 1) | pass@1 | pass@k | avg@k | fast_1 | "
+                   "fast_1.1 | fast_1 (compile) | Faster | geomean | correct | infra |\n"
+                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& d : run_dirs) {
+    fs::path p = fs::path(d) / "report.json";
+    MC_CHECK(fs::exists(p), "compare: ", d, " has no report.json (not a finished bench-model run)");
+    json r = json::parse(read_file(p));
+    const json& f = r.at("final");
+    const json& s = r.at("settings");
+    int n = s.value("samples", 1);
+    auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n", d,
+                      r.value("source", ""), f.value("problems", 0), n, s.value("turns", 1),
+                      pct(get(r["per_turn"][0]["all"]["pass"], "pass@1")), pct(get(f["pass"], "pass@1")),
+                      pct(get(f["pass"], "pass@" + std::to_string(n))), pct(f.value("avg@k", 0.0)),
+                      pct(get(f["fast_eager"], "fast_1")), pct(get(f["fast_eager"], "fast_1.1")),
+                      pct(get(f["fast_compile"], "fast_1")), pct(f.value("faster", 0.0)), f.value("geomean_speedup", 0.0),
+                      pct(f.value("correct", 0.0)), f.value("infra_errors", 0));
+  }
+  return md;
+}
+
+}  // namespace mc::bench

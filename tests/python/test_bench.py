@@ -1,0 +1,289 @@
+"""`musacoder bench-model` end to end on the CPU, with the real verifier in CPU mode:
+- planted answers from a scripted OpenAI-compatible server on loopback: fail, then pass at turn 2
+  after MooreEval's feedback; per-turn metrics; the report and its plots; resume;
+- KernelBench's prompt and fast_p equal KernelBench's own code (skipped, saying why, without a
+  KernelBench checkout: set KERNELBENCH_SRC);
+- a tiny model through our engine (--model) and through `musacoder serve-model` (--endpoint):
+  greedy answers agree;
+- an endpoint that fails or times out gives infra errors and no scores;
+- clear errors for an unknown level, a missing problems folder, an unreachable endpoint."""
+import http.server
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import types
+
+import pytest
+
+import tiny_models
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+CASES = os.path.join(ROOT, "tests", "cases")
+pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
+HAS_MODEL = os.path.exists(os.path.join(os.path.dirname(BINARY), "musacoder-model"))
+
+
+def mc(*args, check=True, timeout=600):
+    r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"musacoder {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n{r.stderr[-3000:]}")
+    return r
+
+
+def read_jsonl(path):
+    return [json.loads(line) for line in open(path)]
+
+
+def answer(name):
+    return "Here it is.\n\n```python\n" + open(os.path.join(CASES, "rft", name)).read() + "```\n"
+
+
+class Scripted(http.server.ThreadingHTTPServer):
+    """An OpenAI-compatible server that answers from a script: script(messages) -> text, or an
+    int HTTP status to fail with, or a float number of seconds to stall."""
+
+    def __init__(self, script):
+        self.script, self.requests = script, []
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a):
+        pass
+
+    def reply(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        self.reply(200, {"object": "list", "data": [{"id": "planted", "object": "model"}]})
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.server.requests.append(body)
+        out = self.server.script(body["messages"])
+        if isinstance(out, int):
+            return self.reply(out, {"error": {"message": f"scripted {out}"}})
+        if isinstance(out, float):
+            time.sleep(out)
+            return self.reply(200, {"choices": []})
+        n = body.get("n", 1)
+        self.reply(200, {"choices": [{"index": i, "message": {"role": "assistant", "content": out},
+                                      "finish_reason": "stop"} for i in range(n)]})
+
+
+def planted(messages):
+    """1_Add: wrong at turn 1, right once MooreEval's feedback came back. 2_ReLU: never compiles."""
+    turn = sum(m["role"] == "user" for m in messages)
+    if "Element-wise sum of two tensors" in messages[0]["content"]:
+        return answer("add_wrong.py") if turn == 1 else answer("add_base.py")
+    return answer("relu_broken.py")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """One compile cache for the module: a planted answer is compiled once."""
+    return tmp_path_factory.mktemp("bench-cache")
+
+
+@pytest.fixture(scope="module")
+def problems(tmp_path_factory):
+    d = tmp_path_factory.mktemp("bench") / "problems"
+    d.mkdir()
+    for p in ("1_Add.py", "2_ReLU.py"):
+        shutil.copy(os.path.join(CASES, "problems", p), d / p)
+    return d
+
+
+def bench_args(problems, out, cache, *extra):
+    return ["bench-model", "--problems", problems, "--out", out, "--device", "cpu", "--timing-budget", "0.3",
+            "--cache-dir", cache, "--no-progress", "--no-compile-baseline", *extra]
+
+
+def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
+    srv = Scripted(planted)
+    out = tmp_path / "run"
+    args = bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted", "--samples", "2",
+                      "--turns", "3")
+    r = mc(*args)
+    rep = json.load(open(out / "report.json"))
+    t1, t2, t3 = (rep["per_turn"][k]["all"] for k in range(3))
+    assert t1["pass"] == {"pass@1": 0.0, "pass@2": 0.0}, t1
+    assert t2["pass"] == {"pass@1": 0.5, "pass@2": 0.5} and t2["avg@k"] == 0.5, t2
+    assert t3["pass"] == t2["pass"] and t3["scored_problems"] == 2 and t3["infra_errors"] == 0
+    assert t3["verdicts"] == {"ok": 2, "compile_error": 2}, t3
+    assert t3["fast_eager"]["fast_0"] == 0.5 and t3["compiled"] == 0.5
+    # Turn 2 carried MooreEval's feedback on the wrong sum; 2_ReLU was asked three times.
+    add_turn2 = [q for q in srv.requests if len(q["messages"]) == 3 and "Element-wise sum of two tensors" in q["messages"][0]["content"]]
+    assert len(add_turn2) == 2 and "The verifier rejected your solution" in add_turn2[0]["messages"][2]["content"]
+    assert "mismatch" in add_turn2[0]["messages"][2]["content"].lower() or "incorrect" in add_turn2[0]["messages"][2]["content"].lower()
+    rows = read_jsonl(out / "results.jsonl")
+    assert len(rows) == 2 * 1 + 2 * 1 + 2 * 3  # Add: turns 1-2; ReLU: turns 1-3
+    assert {(r["problem"], r["turn"], r["result"]["verdict"]) for r in rows} >= {("1_Add", 1, "incorrect"), ("1_Add", 2, "ok")}
+    assert len(read_jsonl(out / "answers.jsonl")) == len(rows)
+    for f in ("report.md", "report.txt", "fast_p.svg", "grid.svg"):
+        assert (out / f).stat().st_size > 200, f
+    assert open(out / "grid.svg").read().startswith("<svg") and "1_Add" in open(out / "grid.svg").read()
+    md = open(out / "report.md").read()
+    assert "## After turn 2" in md and "| all | 2 | 50.0% | 50.0% |" in md, md
+    assert "pass@1" in r.stdout and "decontamination: The model was reached through an endpoint" in r.stdout
+    assert rep["samples"][0].keys() >= {"problem", "sample", "verdict", "turn", "speedup_eager"}
+
+    # Resume: nothing asked again, the same numbers.
+    before = len(srv.requests)
+    mc(*args, "--resume")
+    assert len(srv.requests) == before
+    assert json.load(open(out / "report.json"))["final"] == rep["final"]
+    # A verdict lost (a stopped run): only that answer is judged again, no answer is asked again.
+    kept = [r for r in rows if not (r["problem"] == "1_Add" and r["turn"] == 2 and r["sample"] == 0)]
+    with open(out / "results.jsonl", "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    mc(*args, "--resume")
+    assert len(srv.requests) == before and len(read_jsonl(out / "results.jsonl")) == len(rows)
+    assert json.load(open(out / "report.json"))["final"]["pass"] == rep["final"]["pass"]
+    # Without --resume the folder is not overwritten; with other settings it is refused.
+    r = mc(*args, check=False)
+    assert r.returncode == 2 and "pass --resume" in r.stderr
+    r = mc(*bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted", "--samples", "3",
+                       "--turns", "3", "--resume"), check=False)
+    assert r.returncode == 2 and "--resume: samples differs" in r.stderr
+    mc("bench-model", "compare", out, out, "--out", tmp_path / "cmp.md")
+    assert open(tmp_path / "cmp.md").read().count(str(out)) == 2
+
+
+def kernelbench_src():
+    src = os.environ.get("KERNELBENCH_SRC", "")
+    if not (src and os.path.exists(os.path.join(src, "src", "kernelbench", "prompt_constructor_toml.py"))):
+        pytest.skip("no KernelBench checkout: set KERNELBENCH_SRC to one (git clone "
+                    "https://github.com/ScalingIntelligence/KernelBench) to compare with its own code")
+    return src
+
+
+def load_kernelbench_module(src, name):
+    """KernelBench's module `name`, loaded from the checkout without its package __init__ (which
+    imports API clients this test does not need); utils gets the three file helpers it uses."""
+    import tomllib
+    pkg = os.path.join(src, "src", "kernelbench")
+    sys.modules.setdefault("tomli", tomllib)
+    kb = types.ModuleType("kernelbench")
+    kb.__path__ = [pkg]
+    utils = types.ModuleType("kernelbench.utils")
+    utils.read_file = lambda p: open(p).read()
+    utils.get_package_resource_path = lambda rel: os.path.join(pkg, rel)
+    utils.resolve_path = lambda rel: rel if os.path.isabs(rel) else (
+        os.path.join(pkg, rel[len("src/kernelbench/"):]) if rel.startswith("src/kernelbench/") else os.path.join(src, rel))
+    utils.REPO_TOP_PATH = src
+    sys.modules["kernelbench"], sys.modules["kernelbench.utils"] = kb, utils
+    spec = importlib.util.spec_from_file_location(f"kernelbench.{name}", os.path.join(pkg, f"{name}.py"))
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    return m
+
+
+def test_kernelbench_prompt_and_fastp_equal_kernelbench(problems, cache, tmp_path):
+    src = kernelbench_src()
+    np = pytest.importorskip("numpy")
+    srv = Scripted(planted)
+    out = tmp_path / "run"
+    mc(*bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted", "--samples", "2",
+                   "--turns", "2", "--precision", "fp32"))
+    pc = load_kernelbench_module(src, "prompt_constructor_toml")
+    for p in ("1_Add.py", "2_ReLU.py"):
+        want = pc.get_prompt_for_backend(open(problems / p).read(), "cuda", "one_shot", "fp32")
+        got = [q["messages"][0]["content"] for q in srv.requests if len(q["messages"]) == 1 and
+               q["messages"][0]["content"].find(open(problems / p).read()) >= 0]
+        assert got and got[0] == want
+    # fast_p: KernelBench's score.fastp per sample index (one sample per problem, as its runs
+    # are), averaged over the indices, equals ours.
+    score = load_kernelbench_module(src, "score")
+    rep = json.load(open(out / "report.json"))
+    for p_thr, key in ((0.0, "fast_0"), (1.0, "fast_1"), (1.1, "fast_1.1"), (2.0, "fast_2")):
+        per_index = []
+        for s in range(2):
+            rows = [r for r in rep["samples"] if r["sample"] == s]
+            ok = np.array([r["verdict"] == "ok" for r in rows])
+            sp = np.array([r["speedup_eager"] or 1.0 for r in rows])
+            per_index.append(score.fastp(ok, sp, np.ones(len(rows)), len(rows), p_thr))
+        assert rep["final"]["fast_eager"][key] == pytest.approx(float(np.mean(per_index)), abs=1e-12), key
+
+
+def test_endpoint_failures_are_infra_errors_not_scores(problems, cache, tmp_path):
+    for script, extra in ((lambda m: 503, ["--max-retries", "1"]), (lambda m: 400, []),
+                          (lambda m: 3.0, ["--request-timeout", "1", "--max-retries", "0"])):
+        srv = Scripted(script)
+        out = tmp_path / f"run{len(extra)}{id(script)}"
+        r = mc(*bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted",
+                           "--samples", "2", *extra))
+        rep = json.load(open(out / "report.json"))
+        f = rep["final"]
+        assert f["scored_problems"] == 0 and f["samples"] == 0 and f["infra_errors"] == 4, f
+        assert f["pass"] == {"pass@1": 0.0, "pass@2": 0.0} and not (out / "results.jsonl").read_text()
+        assert all(a["error"] for a in read_jsonl(out / "answers.jsonl"))
+        assert "infra" in r.stdout
+    # The endpoint recovers: --resume asks only for what was missing and scores it.
+    srv = Scripted(planted)
+    r = mc(*bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted", "--samples",
+                       "2", "--request-timeout", "1", "--max-retries", "0", "--resume"))
+    f = json.load(open(out / "report.json"))["final"]
+    assert f["scored_problems"] == 2 and f["infra_errors"] == 0 and len(srv.requests) == 2
+
+
+def test_clear_errors(problems, tmp_path):
+    srv = Scripted(planted)
+    base = ["--endpoint", srv.url, "--model-name", "planted"]
+    cases = [
+        (bench_args(problems, tmp_path / "a", tmp_path / "c", *base, "--levels", "4"), "unknown level 4"),
+        (bench_args(problems, tmp_path / "a", tmp_path / "c", *base, "--levels", "x"), "'x' is not a level number"),
+        (bench_args(tmp_path / "nope", tmp_path / "a", tmp_path / "c", *base), "no folder or file"),
+        (bench_args(problems, tmp_path / "a", tmp_path / "c", "--endpoint", "http://127.0.0.1:9", "--model-name", "m"),
+         "endpoint http://127.0.0.1:9 does not answer"),
+        (bench_args(problems, tmp_path / "a", tmp_path / "c", *base[:2], "--model-name", "other"),
+         "does not serve model 'other'"),
+        (bench_args(problems, tmp_path / "a", tmp_path / "c"), "one of the two"),
+        (bench_args(problems, tmp_path / "a", tmp_path / "c", *base, "--format", "native"), "use --prompt musacoder"),
+    ]
+    for args, msg in cases:
+        r = mc(*args, check=False)
+        assert r.returncode == 2 and msg in r.stderr, (msg, r.stderr)
+
+
+@pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built")
+def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
+    model = tmp_path / "model"
+    tiny_models.make_model(str(model), "qwen2", max_positions=8192)
+    common = ["--samples", "2", "--temperature", "0", "--max-new-tokens", "24", "--prompt", "musacoder"]
+    mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common))
+    p = subprocess.Popen([BINARY, "serve-model", "--model", model, "--device", "cpu", "--port", "0", "--max-seq-len", "8192",
+                          "--served-model-name", "tiny"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", p.stdout.readline())
+        assert m
+        mc(*bench_args(problems, tmp_path / "served", cache, "--endpoint", f"http://127.0.0.1:{m.group(1)}",
+                       "--model-name", "tiny", *common))
+    finally:
+        p.terminate()
+        p.wait(timeout=30)
+    key = lambda a: (a["problem"], a["sample"])
+    engine = sorted(read_jsonl(tmp_path / "engine" / "answers.jsonl"), key=key)
+    served = sorted(read_jsonl(tmp_path / "served" / "answers.jsonl"), key=key)
+    assert len(engine) == 4 and [a["text"] for a in engine] == [a["text"] for a in served]
+    for d in ("engine", "served"):
+        f = json.load(open(tmp_path / d / "report.json"))["final"]
+        assert f["scored_problems"] == 2 and f["samples"] == 4 and f["infra_errors"] == 0  # judged (a tiny model's text)
+    assert json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]["status"] == "unknown"

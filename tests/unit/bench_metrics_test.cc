@@ -1,0 +1,105 @@
+// bench-model's metrics on hand-made outcomes: the unbiased pass@k estimator against its
+// closed form, Avg@k, fast_p (KernelBench's definition), Faster, infra errors left unscored,
+// and KernelBench's prompt composition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "bench/kernelbench_prompt.h"
+#include "bench/metrics.h"
+#include "common/check.h"
+
+namespace mc::bench {
+namespace {
+
+double binom(int n, int k) {
+  if (k < 0 || k > n) return 0;
+  double r = 1;
+  for (int i = 1; i <= k; ++i) r = r * (n - k + i) / i;
+  return r;
+}
+
+TEST(BenchMetrics, PassAtKEqualsTheClosedForm) {
+  for (int n : {1, 2, 5, 8, 16, 50})
+    for (int c = 0; c <= n; ++c)
+      for (int k = 1; k <= n; ++k)
+        EXPECT_NEAR(pass_at_k(n, c, k), 1.0 - binom(n - c, k) / binom(n, k), 1e-12) << n << " " << c << " " << k;
+  EXPECT_DOUBLE_EQ(pass_at_k(8, 2, 1), 0.25);
+  EXPECT_DOUBLE_EQ(pass_at_k(3, 1, 5), 1.0);  // fewer samples than k: passed iff any is correct
+  EXPECT_DOUBLE_EQ(pass_at_k(3, 0, 5), 0.0);
+  EXPECT_THROW(pass_at_k(3, 4, 1), Error);
+}
+
+SampleOutcome ok(const std::string& p, int s, double speedup, std::optional<double> ratio = std::nullopt) {
+  SampleOutcome o;
+  o.problem = p;
+  o.sample = s;
+  o.judged = o.compiled = o.correct = o.legal = true;
+  o.verdict = "ok";
+  o.speedup_eager = speedup;
+  o.compile_over_eager = ratio;
+  return o;
+}
+
+SampleOutcome failed(const std::string& p, int s, const std::string& verdict, bool judged = true) {
+  SampleOutcome o;
+  o.problem = p;
+  o.sample = s;
+  o.judged = judged;
+  o.verdict = verdict;
+  o.compiled = verdict != "compile_error" && verdict != "extract_error";
+  o.legal = o.compiled && verdict != "illegal";
+  if (verdict == "illegal") o.rules = {"torch_compute"};
+  return o;
+}
+
+TEST(BenchMetrics, AvgFastPFasterOnHandMadeRows) {
+  // A: 2 of 4 correct (0.5x and 3x eager); B: 1 of 4 (1.2x); C: none; D: no judged sample.
+  std::vector<SampleOutcome> rows = {
+      ok("A", 0, 0.5, 2.0), ok("A", 1, 3.0, 2.0), failed("A", 2, "incorrect"), failed("A", 3, "compile_error"),
+      ok("B", 0, 1.2, 0.5), failed("B", 1, "illegal"), failed("B", 2, "incorrect"), failed("B", 3, "timeout"),
+      failed("C", 0, "extract_error"), failed("C", 1, "incorrect"), failed("C", 2, "incorrect"), failed("C", 3, "incorrect"),
+      failed("D", 0, "infra_error", false), failed("D", 1, "infra_error", false)};
+  std::vector<std::string> set = {"A", "B", "C", "D"};
+  Metrics m = compute_metrics(rows, set, {1, 4});
+  EXPECT_EQ(m.problems, 4);
+  EXPECT_EQ(m.scored_problems, 3);  // D: infra errors only, not scored 0
+  EXPECT_EQ(m.infra_errors, 2);
+  EXPECT_EQ(m.samples, 12);
+  EXPECT_NEAR(m.pass_at[1], (0.5 + 0.25 + 0) / 3, 1e-12);
+  EXPECT_NEAR(m.pass_at[4], 2.0 / 3, 1e-12);
+  EXPECT_NEAR(m.avg_at_k, (0.5 + 0.25 + 0) / 3, 1e-12);
+  EXPECT_NEAR(m.fast_eager[0.0], (2 / 4.0 + 1 / 4.0) / 3, 1e-12);
+  EXPECT_NEAR(m.fast_eager[1.0], (1 / 4.0 + 1 / 4.0) / 3, 1e-12);
+  EXPECT_NEAR(m.fast_eager[1.1], (1 / 4.0 + 1 / 4.0) / 3, 1e-12);
+  EXPECT_NEAR(m.fast_eager[2.0], (1 / 4.0) / 3, 1e-12);
+  // vs torch.compile: A's compiled reference is 2x slower than eager (compile_ms / eager_ms = 2),
+  // so its speedups vs compile are 1.0 and 6.0; B's is 2x faster, so 1.2x eager is 0.6x compile.
+  EXPECT_NEAR(m.fast_compile[1.0], (1 / 4.0) / 3, 1e-12);
+  EXPECT_NEAR(m.fast_compile[0.0], m.fast_eager[0.0], 1e-12);
+  EXPECT_NEAR(m.faster, 2.0 / 3, 1e-12);  // A (3x) and B (1.2x) beat 1.1x
+  EXPECT_NEAR(m.geomean_speedup, std::cbrt(0.5 * 3.0 * 1.2), 1e-12);
+  EXPECT_NEAR(m.correct, 3.0 / 12, 1e-12);
+  EXPECT_EQ(m.rules["torch_compute"], 1);
+  EXPECT_EQ(m.verdicts["incorrect"], 5);
+  // A flagged speedup arrives without speedup_eager: correct, not faster.
+  SampleOutcome flagged = ok("E", 0, 1);
+  flagged.speedup_eager.reset();
+  Metrics f = compute_metrics({flagged}, {"E"}, {1});
+  EXPECT_DOUBLE_EQ(f.fast_eager[0.0], 1.0);
+  EXPECT_DOUBLE_EQ(f.fast_eager[1.0], 0.0);
+  EXPECT_DOUBLE_EQ(f.faster, 0.0);
+}
+
+TEST(BenchMetrics, KernelBenchPromptHasItsParts) {
+  std::string p = kernelbench_prompt("class Model:\n    pass  # {not a field}\n", "fp16");
+  EXPECT_EQ(p.rfind("You write custom CUDA operators to replace the pytorch operators", 0), 0u);
+  EXPECT_NE(p.find("Example:\n\nInput architecture:\n\nimport torch"), std::string::npos);
+  EXPECT_NE(p.find("You are given the following architecture:\n\n\nclass Model:\n    pass  # {not a field}\n"), std::string::npos);
+  EXPECT_NE(p.find("Note: The kernels should be optimized for FP16 (16-bit floating point) precision."), std::string::npos);
+  EXPECT_TRUE(p.ends_with("and NO testing code!\n"));
+  EXPECT_THROW(kernelbench_prompt("x", "fp8"), Error);
+}
+
+}  // namespace
+}  // namespace mc::bench
