@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <mutex>
+#include <shared_mutex>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -83,6 +85,10 @@ struct BpeTokenizer::Impl {
   std::unordered_map<std::string, uint8_t> byte_dec;
   pcre2_code* re = nullptr;                        // the pre-tokenizer's split pattern
   bool ignore_merges = false;
+  // Words already merged. encode() runs on many threads at once (serve-model's HTTP handlers),
+  // so the cache takes a lock: unguarded, concurrent inserts rehashed it under readers and
+  // crashed the server (SIGSEGV on the H100 at 32 concurrent chat requests).
+  mutable std::shared_mutex cache_mu;
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache;
 
   ~Impl() {
@@ -129,7 +135,10 @@ struct BpeTokenizer::Impl {
   }
 
   std::vector<int32_t> bpe(const std::string& word) const {
-    if (auto it = cache.find(word); it != cache.end()) return it->second;
+    {
+      std::shared_lock<std::shared_mutex> lock(cache_mu);
+      if (auto it = cache.find(word); it != cache.end()) return it->second;
+    }
     std::vector<int32_t> ids;
     if (ignore_merges) {
       if (auto it = vocab.find(word); it != vocab.end()) return {it->second};
@@ -161,6 +170,7 @@ struct BpeTokenizer::Impl {
       MC_CHECK(it != vocab.end(), "token '", s, "' is not in the vocabulary (byte-level vocab incomplete?)");
       ids.push_back(it->second);
     }
+    std::unique_lock<std::shared_mutex> lock(cache_mu);
     if (cache.size() < 200000) cache.emplace(word, ids);
     return ids;
   }

@@ -23,7 +23,8 @@ class BpeTokenizer {
   BpeTokenizer(BpeTokenizer&&) noexcept;
   BpeTokenizer& operator=(BpeTokenizer&&) noexcept;
 
-  // Added tokens (e.g. <|im_start|>) in the text are matched as such.
+  // Added tokens (e.g. <|im_start|>) in the text are matched as such. encode and decode are
+  // thread-safe (a server's handlers encode at once while its engine decodes).
   std::vector<int32_t> encode(std::string_view text) const;
   std::string decode(const std::vector<int32_t>& ids, bool skip_special = false) const;
 

@@ -1,7 +1,11 @@
 // Tokenizer pieces that need no reference library: ChatML rendering, and clear errors for
-// malformed or unsupported tokenizer.json files. Parity with HF `tokenizers` is
+// malformed or unsupported tokenizer.json files, concurrent encoding. Parity with HF `tokenizers` is
 // tests/python/test_tokenizer.py.
 #include <gtest/gtest.h>
+
+#include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "common/check.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -45,4 +49,43 @@ TEST(BpeTokenizer, MalformedAndUnsupportedFilesAreNamed) {
   EXPECT_EQ(t.decode({2, 0}), "aba");
   EXPECT_THROW(t.encode("zz"), mc::Error);
   EXPECT_THROW(t.id_to_token(99), mc::Error);
+}
+
+// serve-model's HTTP handlers encode at once: the tokenizer's word cache must hold under
+// concurrent inserts (it crashed the server on the H100 before it took a lock). A byte-level
+// vocabulary of all 256 bytes, a few merges, and 8 threads encoding distinct words.
+TEST(BpeTokenizer, ConcurrentEncodeAgreesWithSerial) {
+  // GPT-2's bytes_to_unicode: printable bytes map to themselves, the rest to U+0100 + k.
+  nlohmann::json vocab = nlohmann::json::object();
+  int k = 0;
+  for (int b = 0; b < 256; ++b) {
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    int cp = printable ? b : 256 + k++;
+    std::string s;
+    if (cp < 0x80) s += static_cast<char>(cp);
+    else s += static_cast<char>(0xC0 | (cp >> 6)), s += static_cast<char>(0x80 | (cp & 0x3F));
+    vocab[s] = b;
+  }
+  vocab["ab"] = 256, vocab["abc"] = 257, vocab["Ġa"] = 258;
+  nlohmann::json j = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b", "ab c", "Ġ a"}}}},
+                      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}}};
+  auto tok = BpeTokenizer::from_json(j.dump());
+  auto text = [](int t, int i) {
+    std::string s;
+    for (int w = 0; w < 40; ++w) s += " abc" + std::to_string(t * 1000003 + i * 41 + w) + "x";
+    return s;
+  };
+  std::vector<std::vector<std::vector<int32_t>>> got(8);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 300; ++i) got[t].push_back(tok.encode(text(t, i)));
+    });
+  for (auto& th : threads) th.join();
+  auto fresh = BpeTokenizer::from_json(j.dump());
+  for (int t = 0; t < 8; ++t)
+    for (int i = 0; i < 300; i += 37) {
+      ASSERT_EQ(got[t][i], fresh.encode(text(t, i))) << t << " " << i;
+      EXPECT_EQ(fresh.decode(got[t][i]), text(t, i));
+    }
 }
