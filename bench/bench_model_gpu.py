@@ -45,7 +45,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=25)
     ap.add_argument("--kb-subset", default="1_Square_matrix_multiplication_,4_Matrix_vector_multiplication_,19_ReLU,"
                     "23_Softmax,36_RMSNorm_,40_LayerNorm,47_Sum_reduction_over_a_dimension,88_MinGPTNewGelu,"
-                    "94_MSELoss,100_HingeLoss")
+                    "94_MSELoss,100_HingeLoss", help="comma-separated stems, or all (the whole of level 1)")
     ap.add_argument("--samples", type=int, default=4)
     ap.add_argument("--turns", type=int, default=2)
     ap.add_argument("--temperature", type=float, default=0.7)
@@ -84,8 +84,9 @@ def main():
     done = []
     if "kb" in runs:
         out = os.path.join(a.work, "bench-kb")
-        sh([a.musacoder, "bench-model", "--problems", a.kernelbench, "--levels", "1", "--subset",
-            os.path.join(a.work, "kb_subset.txt"), "--model", model, "--out", out, "--turns", 1, *common,
+        subset = [] if a.kb_subset == "all" else ["--subset", os.path.join(a.work, "kb_subset.txt")]
+        sh([a.musacoder, "bench-model", "--problems", a.kernelbench, "--levels", "1", *subset, "--model", model,
+            "--out", out, "--turns", 1, *common,
             *(["--resume"] if os.path.exists(os.path.join(out, "run.json")) else [])], log)
         done.append(out)
     model_bin = os.path.join(os.path.dirname(os.path.abspath(a.musacoder)), "musacoder-model")

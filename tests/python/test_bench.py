@@ -287,3 +287,17 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
         f = json.load(open(tmp_path / d / "report.json"))["final"]
         assert f["scored_problems"] == 2 and f["samples"] == 4 and f["infra_errors"] == 0  # judged (a tiny model's text)
     assert json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]["status"] == "unknown"
+    # Decontamination, from the checkpoint's training data: its trainer_state.json names the data,
+    # whose folder holds `musacoder synth`'s report.
+    synth = tmp_path / "synth"
+    synth.mkdir()
+    (synth / "dataset.jsonl").write_text("{}\n")
+    (model / "trainer_state.json").write_text(json.dumps(
+        {"kind": "sft", "fingerprint": {"data": [{"path": str(synth / "dataset.jsonl"), "bytes": 3}]}}))
+    for report, status in (({"families": {}}, "not_decontaminated"),
+                           ({"families": {}, "decontamination": {"benchmark": str(tmp_path / "elsewhere")}}, "other_benchmark"),
+                           ({"families": {}, "decontamination": {"benchmark": str(problems)}}, "decontaminated")):
+        (synth / "report.json").write_text(json.dumps(report))
+        r = mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common,
+                           "--resume"))
+        assert json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]["status"] == status, r.stdout
