@@ -12,6 +12,7 @@
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
+#include "tokenizer/chat_template.h"
 
 namespace mc::bench {
 namespace {
@@ -28,6 +29,10 @@ class EngineSource : public AnswerSource {
              " is not a Hugging Face model directory (no config.json)");
     MC_CHECK(fs::is_regular_file(fs::path(o_.model_dir) / "tokenizer.json"), "--model: ", o_.model_dir,
              " has no tokenizer.json (prompts are text)");
+    // The engine renders ChatML; the model's own template may add a default system turn.
+    chat_ = tok::read_chat_format(o_.model_dir);
+    MC_CHECK(chat_.chatml, chat_.source, ": the chat template is not ChatML, which our engine renders (Qwen2/Qwen3); "
+             "serve the model with a server that applies its template and use --endpoint");
   }
 
   void generate(const std::vector<Conversation>& convs, const Sampling& s,
@@ -46,6 +51,8 @@ class EngineSource : public AnswerSource {
     std::string prompts;
     for (const auto* c : group) {
       json msgs = json::array();
+      if (!chat_.default_system.empty() && (c->messages.empty() || c->messages[0].role != "system"))
+        msgs.push_back({{"role", "system"}, {"content", chat_.default_system}});
       for (const auto& m : c->messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
       prompts += json{{"id", c->id}, {"messages", msgs}}.dump() + "\n";
     }
@@ -84,6 +91,7 @@ class EngineSource : public AnswerSource {
   }
 
   EngineSourceOptions o_;
+  tok::ChatFormat chat_;
 };
 
 // Chat completions, one request per conversation asking for all n answers; if the server gives

@@ -1,5 +1,6 @@
 // Where a benchmarked model's answers come from: our engine (`musacoder-model generate`, one
-// prefill shared by the samples of a prompt, answers streamed as each finishes) or any
+// prefill shared by the samples of a prompt, answers streamed as each finishes; ChatML, with
+// the default system turn of the model's chat template, tok::read_chat_format) or any
 // OpenAI-compatible server (vLLM, SGLang, llama.cpp, a hosted API, `musacoder serve-model`)
 // with bounded concurrency and retries on transient errors only. An answer the source could not
 // produce comes back with `error` set: an infrastructure failure, never a score.

@@ -1,6 +1,12 @@
 #include "tokenizer/chat_template.h"
 
+#include <filesystem>
+#include <regex>
+
+#include <nlohmann/json.hpp>
+
 #include "common/check.h"
+#include "common/fs.h"
 
 namespace mc::tok {
 
@@ -13,6 +19,35 @@ std::string render_chatml(const std::vector<ChatTurn>& turns, bool add_generatio
   }
   if (add_generation_prompt) out += "<|im_start|>assistant\n";
   return out;
+}
+
+ChatFormat read_chat_format(const std::string& model_dir) {
+  ChatFormat f;
+  const auto path = std::filesystem::path(model_dir) / "tokenizer_config.json";
+  f.source = path.string();
+  if (!std::filesystem::exists(path)) return f;
+  auto j = nlohmann::json::parse(read_file(path), nullptr, false);
+  MC_CHECK(!j.is_discarded(), path.string(), ": not valid JSON");
+  if (!j.contains("chat_template")) return f;
+  std::string tmpl;
+  const auto& ct = j["chat_template"];
+  if (ct.is_string()) {
+    tmpl = ct.get<std::string>();
+  } else if (ct.is_array()) {  // named templates: [{"name": "default", "template": "..."}, ...]
+    for (const auto& t : ct)
+      if (t.value("name", "") == "default") tmpl = t.value("template", "");
+  }
+  if (tmpl.empty()) return f;
+  f.chatml = tmpl.find("<|im_start|>") != std::string::npos;
+  // A literal system turn: '<|im_start|>system\nTEXT<|im_end|>' (the template's "\n" is a
+  // backslash and an n).
+  static const std::regex kDefault(R"(<\|im_start\|>system\\n([^'"<]+)<\|im_end\|>)");
+  std::smatch m;
+  if (f.chatml && std::regex_search(tmpl, m, kDefault)) {
+    f.default_system = m[1].str();
+    for (size_t at; (at = f.default_system.find("\\n")) != std::string::npos;) f.default_system.replace(at, 2, "\n");
+  }
+  return f;
 }
 
 }  // namespace mc::tok

@@ -15,4 +15,16 @@ struct ChatTurn {
 // Throws mc::Error for an unknown role.
 std::string render_chatml(const std::vector<ChatTurn>& turns, bool add_generation_prompt);
 
+// What a model folder's tokenizer_config.json says of its chat format. Our engine renders
+// ChatML; Qwen2 and Qwen2.5 templates are ChatML that add a default system turn when the
+// conversation has none ("You are a helpful assistant." / "You are Qwen, created by ..."),
+// which is read from the template's literal. Without a tokenizer_config.json or a
+// chat_template (our own models), ChatML without a default system turn.
+struct ChatFormat {
+  bool chatml = true;          // false: the template is not ChatML (our engine cannot render it)
+  std::string default_system;  // "" : none
+  std::string source;          // where this was read from, for messages
+};
+ChatFormat read_chat_format(const std::string& model_dir);
+
 }  // namespace mc::tok

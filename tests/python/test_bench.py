@@ -301,3 +301,23 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
         r = mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common,
                            "--resume"))
         assert json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]["status"] == status, r.stdout
+
+
+@pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built")
+def test_engine_uses_the_models_chat_template(problems, cache, tmp_path):
+    """--model renders ChatML with the default system turn of the model's own template (Qwen2's
+    here), and refuses a template that is not ChatML."""
+    model = tmp_path / "model"
+    tiny_models.make_model(str(model), "qwen2", max_positions=8192)
+    template = ("{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+                "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}{% endif %}"
+                "{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}")
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": template}))
+    args = ["--model", model, "--model-device", "cpu", "--samples", "1", "--max-new-tokens", "4", "--prompt", "musacoder"]
+    mc(*bench_args(problems, tmp_path / "run", cache, *args))
+    rows = read_jsonl(tmp_path / "run" / "engine_prompts.jsonl")
+    assert rows[0]["messages"][0] == {"role": "system", "content": "You are a helpful assistant."}
+    assert rows[0]["messages"][1]["role"] == "user"
+    (model / "tokenizer_config.json").write_text(json.dumps({"chat_template": "[INST] {{ messages[0]['content'] }} [/INST]"}))
+    r = mc(*bench_args(problems, tmp_path / "run2", cache, *args), check=False)
+    assert r.returncode == 2 and "is not ChatML" in r.stderr and "--endpoint" in r.stderr

@@ -3,6 +3,10 @@
 // tests/python/test_tokenizer.py.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -88,4 +92,37 @@ TEST(BpeTokenizer, ConcurrentEncodeAgreesWithSerial) {
       ASSERT_EQ(got[t][i], fresh.encode(text(t, i))) << t << " " << i;
       EXPECT_EQ(fresh.decode(got[t][i]), text(t, i));
     }
+}
+
+// The chat format from tokenizer_config.json: Qwen2/Qwen2.5 templates add a default system
+// turn (read from the template's literal), Qwen3's does not, a non-ChatML template is named
+// as such, and a folder without a template is plain ChatML.
+TEST(ChatFormat, ReadsTheTemplatesDefaultSystemTurn) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("mc_chat_format_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  auto with = [&](const nlohmann::json& cfg) {
+    std::ofstream(dir / "tokenizer_config.json") << cfg.dump();
+    return read_chat_format(dir.string());
+  };
+  const std::string qwen25 =
+      "{%- if messages[0]['role'] == 'system' %}\n        {{- '<|im_start|>system\\n' + messages[0]['content'] + "
+      "'<|im_end|>\\n' }}\n    {%- else %}\n        {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. "
+      "You are a helpful assistant.<|im_end|>\\n' }}\n    {%- endif %}";
+  auto f = with({{"chat_template", qwen25}});
+  EXPECT_TRUE(f.chatml);
+  EXPECT_EQ(f.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
+  f = with({{"chat_template", {{{"name", "default"}, {"template", "{{ '<|im_start|>system\\nYou are a helpful assistant.<|im_end|>\\n' }}"}}}}});
+  EXPECT_EQ(f.default_system, "You are a helpful assistant.");
+  f = with({{"chat_template", "{%- if messages[0].role == 'system' %}{{- '<|im_start|>system\\n' + messages[0].content + "
+                              "'<|im_end|>\\n' }}{%- endif %}"}});  // Qwen3: no default
+  EXPECT_TRUE(f.chatml);
+  EXPECT_EQ(f.default_system, "");
+  f = with({{"chat_template", "{{ bos_token }}{% for m in messages %}[INST] {{ m['content'] }} [/INST]{% endfor %}"}});
+  EXPECT_FALSE(f.chatml);
+  fs::remove(dir / "tokenizer_config.json");
+  f = read_chat_format(dir.string());
+  EXPECT_TRUE(f.chatml);
+  EXPECT_EQ(f.default_system, "");
+  fs::remove_all(dir);
 }
