@@ -6,21 +6,12 @@
 
 #include <fmt/format.h>
 
+#include "report/svg_text.h"
+
 namespace mc::report {
 namespace {
 
 const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
-
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
 
 // About n "nice" tick values (1, 2, 5 x 10^k steps) covering [lo, hi].
 std::vector<double> ticks(double lo, double hi, int n) {
@@ -64,7 +55,7 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
       }
     s += fmt::format("<g transform=\"translate({},{})\">\n<text x=\"{}\" y=\"18\" text-anchor=\"middle\" font-size=\"13\" "
                      "font-weight=\"bold\">{}</text>\n",
-                     ox, oy, pw / 2, escape(pn.title));
+                     ox, oy, pw / 2, xml_escape(pn.title));
     double iw = pw - L - R, ih = ph - T - B;
     s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>\n", L, T, iw, ih);
     if (!std::isfinite(x0)) {
@@ -89,7 +80,7 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
       s += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4:.1f}\" "
                        "text-anchor=\"end\">{5}</text>\n",
                        L, L + iw, Y(t), L - 4, Y(t) + 4, fmt_tick(pn.log_y ? std::pow(10.0, t) : t));
-    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + iw / 2, ph - 6, escape(pn.x_label));
+    s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + iw / 2, ph - 6, xml_escape(pn.x_label));
     for (size_t k = 0; k < pn.series.size(); ++k) {
       const auto& se = pn.series[k];
       std::string pts;
@@ -99,7 +90,7 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
       s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", c, pts);
       if (pn.series.size() > 1 || !se.label.empty())
         s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"3\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",
-                         L + 8, T + 10 + 14 * k, c, L + 22, T + 14 + 14 * k, escape(se.label));
+                         L + 8, T + 10 + 14 * k, c, L + 22, T + 14 + 14 * k, xml_escape(se.label));
     }
     s += "</g>\n";
   }
