@@ -1,11 +1,14 @@
 #include "bench/bench_run.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 

@@ -18,10 +18,11 @@ json note(const std::string& status, const std::string& text, json data = json::
 // The model folder's own trainer_state.json, or its newest checkpoint's (a run folder).
 fs::path trainer_state(const fs::path& dir) {
   if (fs::exists(dir / "trainer_state.json")) return dir / "trainer_state.json";
+  static const std::regex kStep("step-[0-9]+");
   fs::path best;
   if (fs::is_directory(dir / "checkpoints"))
     for (const auto& e : fs::directory_iterator(dir / "checkpoints"))
-      if (std::regex_match(e.path().filename().string(), std::regex("step-[0-9]+")) && fs::exists(e.path() / "trainer_state.json") &&
+      if (std::regex_match(e.path().filename().string(), kStep) && fs::exists(e.path() / "trainer_state.json") &&
           (best.empty() || e.path().filename() > best.parent_path().filename()))
         best = e.path() / "trainer_state.json";
   return best;
