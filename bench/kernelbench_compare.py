@@ -35,11 +35,29 @@ def header(path, key):
             return m.group(2)
 
 
+# The candidate set: "small", our own small copies of KernelBench problems with honest kernels
+# (tests/cases), or "kb-level1", honest kernels for six of KernelBench's real level-1 files,
+# judged at their published sizes (bench/kb_level1; the problems from --problems).
+SETS = {"small": {"honest": os.path.join(CASES, "gpu", "honest"), "problems": os.path.join(CASES, "problems"),
+                  "level": None},
+        "kb-level1": {"honest": os.path.join(ROOT, "bench", "kb_level1"), "problems": None, "level": 1}}
+SET = dict(SETS["small"])
+
+
+def problem_file(prob):
+    folder = SET["problems"]
+    if SET["level"]:
+        folder = os.path.join(folder, f"level{SET['level']}")
+    return os.path.join(folder, prob + ".py")
+
+
 def variants(n_per_case):
     """Distinct sources (no cache sharing between them) from the honest KernelBench cases."""
     out = []
-    folder = os.path.join(CASES, "gpu", "honest")
+    folder = SET["honest"]
     for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py") or header(os.path.join(folder, name), "expect") != "ok":
+            continue
         src = open(os.path.join(folder, name)).read()
         for k in range(n_per_case):
             v = src.replace("#include <torch/extension.h>", f"#include <torch/extension.h>\n// variant {k}", 1)
@@ -71,7 +89,8 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
             f.write(json.dumps({"problem": prob, "sample_id": sample, "answer": src}) + "\n")
     res = os.path.join(out_dir, f"{tag}.results.jsonl")
     t0 = time.time()
-    p = subprocess.run([bin_, "eval", "--problems", os.path.join(CASES, "problems"), "--solutions", sol,
+    level = ["--level", str(SET["level"])] if SET["level"] else []
+    p = subprocess.run([bin_, "eval", "--problems", SET["problems"], *level, "--solutions", sol,
                         "--out", res, "--cache-dir", cache, "--no-progress", "--spares", str(SPARES), *extra],
                        capture_output=True, text=True)
     wall = time.time() - t0
@@ -175,7 +194,7 @@ def kernelbench_harness(kb_src, items, out_dir, workers):
     import torch
     rows = []
     for sample, prob, src in items:
-        ref = open(os.path.join(CASES, "problems", prob + ".py")).read()
+        ref = open(problem_file(prob)).read()
         t1 = time.time()
         try:
             r = kbe.eval_kernel_against_ref(ref, src, seed_num=42, num_correct_trials=5,
@@ -206,7 +225,7 @@ def do_bench_check(items, builds):
     for sample, prob, src in items:
         if not sample.endswith("__v0"):
             continue
-        spec = importlib.util.spec_from_file_location("p_" + prob, os.path.join(CASES, "problems", prob + ".py"))
+        spec = importlib.util.spec_from_file_location("p_" + prob, problem_file(prob))
         pm = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(pm)
         torch.manual_seed(42)
@@ -232,6 +251,40 @@ def do_bench_check(items, builds):
     return out
 
 
+def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir):
+    """The warm run again with one hanging candidate among the others (first in the queue, the
+    worst place), with lanes and with one judge per GPU (--lanes 1, the old behaviour). The
+    others' wall time is when the last of their rows was final (rows carry wall_s from
+    submission, and `musacoder eval` submits every candidate at once)."""
+    hang_src = open(os.path.join(SET["honest"], "hang.py")).read()
+    hang_item = ("hang", header(os.path.join(SET["honest"], "hang.py"), "problem"), hang_src)
+
+    def others_done(rows):
+        return max(r["wall_s"] for r in rows if r["sample_id"] != "hang")
+
+    out = {"without_hang": {"others_done_s": others_done(rows_warm), "wall_s": wall_warm,
+                            "others_ok": sum(r["verdict"] == "ok" for r in rows_warm)}}
+    for tag, extra in (("hang_lanes", []), ("hang_one_judge", ["--lanes", "1"])):
+        rows, wall = run_musacoder(bin_, [hang_item] + items, cache, out_dir, tag, extra)
+        h = [r for r in rows if r["sample_id"] == "hang"]
+        others = [r for r in rows if r["sample_id"] != "hang"]
+        out[tag] = {"others_done_s": others_done(rows), "wall_s": wall,
+                    "others_ok": sum(r["verdict"] == "ok" for r in others),
+                    "hang_verdict": h[0]["verdict"] if h else None,
+                    "hang_limit_s": (h[0].get("judge_details") or {}).get("trial_limits_s") if h else None,
+                    "hang_preempted": bool((h[0].get("judge_details") or {}).get("preempted")) if h else None,
+                    "hang_row_wall_s": h[0]["wall_s"] if h else None}
+        print(f"{tag}: {json.dumps(out[tag])}", flush=True)
+    print("\n| run | others final after (s) | growth vs no hang (s) | whole run (s) | others ok | hang verdict |")
+    print("|---|---|---|---|---|---|")
+    base = out["without_hang"]["others_done_s"]
+    for tag in ("without_hang", "hang_lanes", "hang_one_judge"):
+        o = out[tag]
+        print(f"| {tag} | {o['others_done_s']:.1f} | {o['others_done_s'] - base:+.1f} | {o['wall_s']:.1f} | "
+              f"{o['others_ok']}/{len(items)} | {o.get('hang_verdict', '-')} |")
+    return out
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))] if xs else float("nan")
@@ -246,9 +299,18 @@ def main():
     ap.add_argument("--native", type=int, default=20)
     ap.add_argument("--only-mooreeval", action="store_true",
                     help="MooreEval's cold and warm runs only (no load_inline, KernelBench, do_bench)")
+    ap.add_argument("--set", choices=sorted(SETS), default="small", help="the candidate set")
+    ap.add_argument("--problems", default=os.path.join(ROOT, ".kb", "bench", "KernelBench"),
+                    help="KernelBench's problems (with --set kb-level1)")
+    ap.add_argument("--hang", action="store_true",
+                    help="after the warm run: the same candidates plus one that hangs, with lanes "
+                         "(the default) and with one judge per GPU; what the hang costs the others")
     args = ap.parse_args()
+    SET.update(SETS[args.set])
+    if SET["problems"] is None:
+        SET["problems"] = args.problems
     os.makedirs(args.out, exist_ok=True)
-    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}
+    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "set": args.set}
     items = variants(args.variants)
 
     if not args.only_mooreeval:
@@ -276,6 +338,8 @@ def main():
                         "exec_s": [r.get("exec_s") for r in rows],
                         "verdicts": [r["verdict"] for r in rows]}
     print(f"MooreEval cold {wall_cold:.1f}s warm {wall_warm:.1f}s for {len(items)} candidates", flush=True)
+    if args.hang:
+        res["hang"] = hang_check(args.musacoder, items, rows_w, wall_warm, cache, args.out)
     if args.only_mooreeval:
         json.dump(res, open(os.path.join(args.out, "bench.json"), "w"), indent=1)
         return

@@ -55,7 +55,10 @@ for stage in $STAGES; do
         --resume --no-progress ${SELFTEST_ARGS:---levels 1,2,3} > "$OUT/selftest.log" 2>&1 || rc=1
       grep -v "^judge:" "$OUT/selftest.log" | tail -60 ;;
     bench)
-      if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
+      # BENCH_ARGS, e.g. "--set kb-level1 --variants 5 --hang" (KernelBench's real level-1 files
+      # at published sizes, from .kb/bench, and what one hanging candidate costs the others).
+      # shellcheck disable=SC2086
+      if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
     service)
       # The GPU machines have no Redis: scripts/build-device.sh bundles one next to the binary.
       rs=$(command -v redis-server || true); rl=""

@@ -111,6 +111,11 @@ class CandidateProc:
         except (protocol.ChannelClosed, ValueError, UnicodeDecodeError):
             raise CandidateCrashed(self._exit_description(), self.log_tail())
 
+    def readable(self, timeout_s):
+        """Whether a reply has begun to arrive (or the channel closed) within timeout_s."""
+        ready, _, _ = select.select([self.c2j_r], [], [], timeout_s)
+        return bool(ready)
+
     def request(self, msg, timeout_s):
         self.send(msg)
         return self.recv(timeout_s)

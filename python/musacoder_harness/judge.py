@@ -18,9 +18,12 @@ import traceback
 from .candidate_proc import (CandidateCrashed, CandidateProc, CandidateTimeout, ForkedCandidateProc,
                              Zygote, ZygoteFailed)
 from .files import write_json_atomic
+from .lanes import GpuLock
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
+OVERHEAD_SLACK = 2.0  # multiple of the calibrated per-call overhead the forgery bound forgives
+PREEMPT_LOAD_S = 5.0  # a candidate's load (import, module, construction) before it may be preempted
 
 
 class Infra(Exception):
@@ -29,6 +32,11 @@ class Infra(Exception):
     def __init__(self, message, out_of_memory=False):
         super().__init__(message)
         self.out_of_memory = out_of_memory
+
+
+class Preempted(Exception):
+    """Another judge of this GPU waited to time while this candidate's trial ran long: the
+    candidate is judged again later with the GPU to itself (lanes.py). Never a verdict."""
 
 
 class Verdict(Exception):
@@ -90,6 +98,9 @@ class Judge:
         self.spares = []  # warm candidate processes, oldest first
         self.dying = []   # killed candidate processes not yet reaped (see reap())
         self.problems = {}
+        # The GPU's gate, shared with the other lanes' judges (lanes.py).
+        self.lock = GpuLock(getattr(args, "gpu_lock", ""), getattr(args, "lanes", 1))
+        self.calib_us = None  # the latest calibration, measured with the GPU to ourselves
         # Spares first: their CUDA contexts are created while the judge creates its own.
         for _ in range(self.spare_count()):
             self.spawn_spare()
@@ -130,13 +141,8 @@ class Judge:
         cand = self.spares.pop(0)
         try:
             cand.wait_ready(self.args.startup_timeout)
-            if "calib" not in cand.__dict__:
-                # Before any candidate code is loaded: the judge's wall clock per iteration of
-                # the timing loop around a no-op (flush, events, loop), after a warm-up.
-                cand.request({"op": "calibrate", "iters": 20}, 60)
-                t0 = time.perf_counter()
-                cand.request({"op": "calibrate", "iters": 200}, 60)
-                cand.calib = (time.perf_counter() - t0) * 1e6 / 200
+            if "calib" not in cand.__dict__ and self.lock.lanes == 1:
+                self.calibrate(cand)  # with lanes, at timing, on a sibling (calibration_us)
         except (CandidateCrashed, CandidateTimeout) as e:
             cand.kill()
             shutil.rmtree(cand.scratch, ignore_errors=True)
@@ -152,6 +158,34 @@ class Judge:
             raise Infra(f"candidate process failed to start: {e} {getattr(e, 'log_tail', '')[-500:]}")
         self.spawn_spare()  # the next one warms up while this one is judged
         return cand
+
+    def calibrate(self, cand):
+        """Before any candidate code is loaded: the judge's wall clock per iteration of the
+        timing loop around a no-op (flush, events, loop), after a warm-up. Other judges' work on
+        the GPU would inflate it (and loosen the forgery bound), so with lanes it runs only
+        while this judge has the GPU to itself."""
+        cand.request({"op": "calibrate", "iters": 20}, 60)
+        t0 = time.perf_counter()
+        cand.request({"op": "calibrate", "iters": 200}, 60)
+        cand.calib = (time.perf_counter() - t0) * 1e6 / 200
+        self.calib_us = cand.calib
+
+    def calibration_us(self, cand):
+        """The per-iteration overhead for cand's timed run: its own calibration where it has
+        one; else (lanes: processes are taken while other judges use the GPU) a fresh one of a
+        spare sibling from the same zygote, measured now under the exclusive gate, with no
+        candidate code in it."""
+        if "calib" in cand.__dict__:
+            return cand.calib
+        for spare in self.spares:
+            try:
+                spare.wait_ready(self.args.startup_timeout)
+                if "calib" not in spare.__dict__:
+                    self.calibrate(spare)
+                return spare.calib
+            except (CandidateCrashed, CandidateTimeout):
+                continue  # dealt with when it is taken
+        return self.calib_us or 0.0
 
     def stop_forking(self, why):
         """Slower from here on, not wrong: candidate processes start from scratch."""
@@ -223,8 +257,9 @@ class Judge:
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
         try:
-            res = self._evaluate(req)
+            res = self._evaluate_in_lane(req)
         except (torch.OutOfMemoryError, MemoryError) as e:
+            self.mark_exclusive(req.get("problem_path", ""))  # next time with the GPU to itself
             where = " < ".join(f"{os.path.basename(f.filename)}:{f.lineno} {f.name}"
                                for f in reversed(traceback.extract_tb(e.__traceback__)[-4:]))
             why = f"{type(e).__name__} at {where}: {str(e)[:240]}"
@@ -239,6 +274,42 @@ class Judge:
         self.recover_memory()  # outside the except block: its traceback held the tensors
         raise Infra(f"the judge ran out of memory on {os.path.basename(req.get('problem_path', ''))}"
                     f" ({why}); nothing was scored, the judge goes on", out_of_memory=True)
+
+    def _evaluate_in_lane(self, req):
+        """_evaluate under the GPU's gate: shared while the candidate is loaded and checked
+        (other lanes' candidates run beside it), exclusive for timing, and exclusive
+        throughout for a candidate that was preempted before or a problem too large to share
+        the device. With lanes, every process this candidate used is gone before the gate is
+        released: a killed process's kernels may still be running until it has exited."""
+        why = "request" if req.get("exclusive") else \
+            "problem size" if self.is_exclusive(req.get("problem_path", "")) else ""
+        waited = self.lock.acquire("exclusive" if why else "shared")
+        lane = {"lanes": self.lock.lanes, "mode": self.lock.mode, "waited_s": round(waited, 3)}
+        if why:
+            lane["exclusive_why"] = why
+        try:
+            return self._evaluate(req, lane)
+        finally:
+            if self.lock.lanes > 1:
+                self.reap()
+            self.lock.release()
+
+    def exclusive_marker(self, path):
+        if not self.lock.enabled or not path:
+            return ""
+        return os.path.join(self.lock.path + ".exclusive", hashlib.sha1(path.encode()).hexdigest())
+
+    def is_exclusive(self, path):
+        m = self.exclusive_marker(path)
+        return bool(m) and self.lock.lanes > 1 and os.path.exists(m)
+
+    def mark_exclusive(self, path):
+        """A problem whose footprint does not fit beside other lanes' (seen by any judge of
+        this GPU): its later candidates are judged with the GPU to themselves."""
+        m = self.exclusive_marker(path)
+        if m and self.lock.lanes > 1:
+            os.makedirs(os.path.dirname(m), exist_ok=True)
+            open(m, "w").close()
 
     def judge_holds_much_memory(self):
         """Whether the judge itself holds a quarter of the device or more."""
@@ -264,7 +335,7 @@ class Judge:
         self.health_check()
 
     # ---- memory, numerics, limits -------------------------------------------------------------
-    def memory_plan(self, inputs, outputs, model):
+    def memory_plan(self, inputs, outputs, model, share=1):
         """Where the large per-trial tensors live, from the problem's footprint and the free
         device memory: the judge's copies of the candidate's outputs ("snapshots") and the
         float64 reference go to host memory when the device cannot hold them; the candidate's
@@ -283,7 +354,9 @@ class Judge:
                         candidate_reserve_bytes=2 * out_b + (64 << 20))
             return plan
         free, _ = torch.cuda.mem_get_info(self.device)
+        free //= share  # lanes: the other judges' candidates need their part of it
         plan["free_bytes"] = int(free)
+        plan["share"] = share
         margin = (2 << 30) + free // 20  # library workspaces, fragmentation
         held = in_b + out_b  # the judge's inputs and reference output of a trial
         # The float64 reference, while it is computed (before the candidate runs): float64
@@ -356,6 +429,13 @@ class Judge:
             limit *= 2
         return min(cap, limit)
 
+    @staticmethod
+    def preempt_after(ref_s, first):
+        """How long a correctness trial runs before a waiting timer may preempt it: far longer
+        than an honest trial takes (the first one also loads the module and runs the monitor).
+        Preempting costs the candidate a later re-run alone, never its verdict."""
+        return (2.0 if first else 1.0) + 20 * ref_s
+
     def _redraw_mapping(self, ref_model, load_reply, native, res):
         """{reference name: candidate name} for parameter re-draws, or None where the mapping is
         incomplete (the trials then run on the initial parameters; recorded in the row)."""
@@ -376,13 +456,13 @@ class Judge:
                                "skipped": bool(unmapped)}
         return None if unmapped else mapping
 
-    def _evaluate(self, req):
+    def _evaluate(self, req, lane):
         torch = self.torch
         from .compare import compare_outputs, degenerate, flatten_outputs
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
         from .transport import describe, describe_value, open_tensor, share_value
         res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
-               "torch_version": torch.__version__, "compile_path": "pool"}
+               "torch_version": torch.__version__, "compile_path": "pool", "lane": lane}
         dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
         seed = int(req.get("seed", 42))
         trials = int(req.get("trials", 5))
@@ -425,7 +505,15 @@ class Judge:
             inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
             with torch.no_grad():
                 out0 = ref_model(*inputs0)
-            plan = self.memory_plan(inputs0, out0, ref_model)
+            beside = self.lock.mode == "shared" and self.lock.lanes > 1
+            plan = self.memory_plan(inputs0, out0, ref_model, self.lock.lanes if beside else 1)
+            if beside and (plan.get("truth") == "host" or plan.get("snapshots") == "host"):
+                # Too large to share the device: the GPU to itself, for this and later candidates
+                # of the problem (nothing of the candidate has run yet).
+                self.mark_exclusive(req["problem_path"])
+                lane["waited_s"] = round(lane["waited_s"] + self.lock.acquire("exclusive"), 3)
+                lane.update(mode="exclusive", exclusive_why="problem size")
+                plan = self.memory_plan(inputs0, out0, ref_model)
             res["memory_plan"] = plan
             load["reserve_bytes"] = plan["candidate_reserve_bytes"]
             params = list(ref_model.state_dict().values())
@@ -435,7 +523,7 @@ class Judge:
                 load["output_specs"] = [{"shape": list(o.shape), "dtype": str(o.dtype)}
                                         for o in flatten_outputs(out0)]
             del out0, inputs0
-            rep = self._ask(cand, load, self.args.load_timeout, "load")
+            rep = self._ask(cand, load, self.args.load_timeout, "load", preempt_after=PREEMPT_LOAD_S)
             res["compile_path"] = rep.get("compile_path", "pool")
             lap("load")
             redraw_to = self._redraw_mapping(ref_model, rep, native, res)
@@ -476,7 +564,8 @@ class Judge:
                 limit = self.trial_limit(req, ref_s, first=(t == 0))
                 limits.append(round(limit, 2))
                 t_part = part("share", t_part)
-                rep = self._ask(cand, msg, limit, "correctness", passed=passed)
+                rep = self._ask(cand, msg, limit, "correctness", passed=passed,
+                                preempt_after=self.preempt_after(ref_s, first=(t == 0)))
                 t_part = part("candidate", t_part)
                 for k, v in (rep.get("parts_s") or {}).items():
                     if isinstance(v, (int, float)):
@@ -554,11 +643,24 @@ class Judge:
             cand.kill()
             shutil.rmtree(cand.scratch, ignore_errors=True)
 
-    def _ask(self, cand, msg, timeout, stage, passed=0):
+    def _ask(self, cand, msg, timeout, stage, passed=0, preempt_after=None):
         """Sends msg (None: only receives) and returns the reply; a crash, a hang or an error
-        reply becomes the candidate's verdict for this stage."""
+        reply becomes the candidate's verdict for this stage. With `preempt_after`, while the
+        GPU is shared, a reply still missing after that many seconds while another judge waits
+        to time raises Preempted (lanes.py)."""
         try:
-            rep = cand.request(msg, timeout) if msg is not None else cand.recv(timeout)
+            if msg is not None:
+                cand.send(msg)
+            t0 = time.monotonic()
+            if preempt_after is not None and self.lock.mode == "shared" and self.lock.lanes > 1:
+                while not cand.readable(0.05):
+                    waited = time.monotonic() - t0
+                    if waited >= timeout:
+                        raise CandidateTimeout()
+                    if waited >= preempt_after and self.lock.timer_waiting():
+                        raise Preempted(f"{stage} ran {waited:.1f} s while another lane waited to time")
+            # A reply that has begun gets at least a second to arrive in full.
+            rep = cand.recv(max(1.0, timeout - (time.monotonic() - t0)))
         except CandidateTimeout:
             raise Verdict("timeout", f"{stage} exceeded its {timeout:.0f} s limit", "",
                           runtime_error=cand.log_tail(1500))
@@ -569,6 +671,11 @@ class Judge:
                           runtime_error=e.log_tail[-3000:])
         if rep.get("op") == "error":
             verdict = "load_error" if stage == "load" else "runtime_error"
+            if "out of memory" in str(rep.get("error", "")) and self.lock.mode == "shared" and \
+                    self.lock.lanes > 1:
+                # Other lanes' candidates may hold the memory it needed: judged again alone.
+                raise Infra(f"the candidate ran out of device memory during {stage} beside other "
+                            f"lanes: {str(rep.get('error', ''))[:200]}", out_of_memory=True)
             if "out of memory" in str(rep.get("error", "")) and self.judge_holds_much_memory():
                 # Published sizes: the candidate ran short of device memory while the judge held
                 # a large share of it. That is the verifier's doing, not the candidate's.
@@ -600,28 +707,47 @@ class Judge:
                               "side_stream")
 
     # ---- timing -----------------------------------------------------------------------------
-    def _await_quiet_gpu(self, res):
+    def _await_gate_open(self, t0):
         """A trainer that shares this GPU closes the timing gate (creates the file) while its own
-        kernels run: correctness trials go on, timing waits. While timing, this judge holds a
-        marker beside the gate, so a trainer closing it waits for the timing to finish.
-        Lines sent while waiting keep the caller's read timeout from running out."""
+        kernels run: correctness trials go on, timing waits. Lines sent while waiting keep the
+        caller's read timeout from running out."""
+        gate = getattr(self.args, "timing_gate", "")
+        last = time.monotonic()
+        while gate and os.path.exists(gate):
+            if time.monotonic() - last > 5 and getattr(self, "out", None):
+                self.out.write(json.dumps({"op": "gate_wait", "waited_s": time.monotonic() - t0}) + "\n")
+                last = time.monotonic()
+            time.sleep(0.002)
+
+    def _enter_gate(self):
+        """While timing, this judge holds a marker beside the trainer's gate, so a trainer
+        closing it waits for the timing to finish. False: it closed in between."""
         gate = getattr(self.args, "timing_gate", "")
         if not gate:
-            return
+            return True
         marker = f"{gate}.timing.{os.getpid()}"
-        t0, last = time.monotonic(), time.monotonic()
-        while True:
-            while os.path.exists(gate):
-                if time.monotonic() - last > 5 and getattr(self, "out", None):
-                    self.out.write(json.dumps({"op": "gate_wait", "waited_s": time.monotonic() - t0}) + "\n")
-                    last = time.monotonic()
-                time.sleep(0.002)
-            open(marker, "w").close()
-            if not os.path.exists(gate):
-                break
-            os.remove(marker)  # closed in between: wait again
+        open(marker, "w").close()
+        if os.path.exists(gate):
+            os.remove(marker)
+            return False
         self._gate_marker = marker
-        res["timing_gate_wait_s"] = time.monotonic() - t0
+        return True
+
+    def _await_quiet_gpu(self, res):
+        """Timing needs the GPU quiet: no trainer kernels (the timing gate) and no other lane's
+        work (the GPU's gate, exclusive). The trainer's gate is awaited without holding the
+        GPU's, so other lanes' correctness trials go on meanwhile."""
+        t0 = time.monotonic()
+        while True:
+            self._await_gate_open(t0)
+            waited = self.lock.acquire("exclusive")
+            if "lane" in res:
+                res["lane"]["timing_waited_s"] = round(res["lane"].get("timing_waited_s", 0) + waited, 3)
+            if self._enter_gate():
+                break
+            self.lock.release()  # the trainer closed it meanwhile: wait again, the GPU free to others
+        if getattr(self.args, "timing_gate", ""):
+            res["timing_gate_wait_s"] = time.monotonic() - t0
 
     def _release_gate(self):
         marker = getattr(self, "_gate_marker", None)
@@ -713,11 +839,15 @@ class Judge:
         finally:
             cand.send({"op": "release"})
         claimed = sum(times)
-        overhead = iters * getattr(cand, "calib", 0.0)
+        overhead = iters * self.calibration_us(cand)
+        res["timing_overhead_us"] = overhead
         # The judge's clock bounds what the candidate's may claim: host-side overhead of a call
         # can exceed a tiny kernel's time, so only a claim under a tenth of the unexplained wall
         # time is a forgery (bounding what forging could gain to 10x, below the review bound).
-        if claimed * 10 < (wall_us - overhead) - 2000:
+        # The calibrated overhead is allowed to be off by 2x: on a busy host it was measured at
+        # half of what a run of a tiny kernel really paid, and six honest kernels of 1,200 were
+        # called forgeries with a timing budget of 0.1 s (docs/results, RFT on the H100).
+        if claimed * 10 < (wall_us - OVERHEAD_SLACK * overhead) - 2000:
             return (f"the candidate's clock says {claimed / 1e3:.1f} ms, the judge's "
                     f"{wall_us / 1e3:.1f} ms (overhead {overhead / 1e3:.1f} ms)")
         res["candidate_time"] = stats(times)
@@ -744,6 +874,14 @@ class Judge:
         if path:
             write_json_atomic(path, st)
         return st
+
+    def alone(self, fn, req):
+        """fn(req) with the GPU to this judge (reference timings: probe, baseline)."""
+        self.lock.acquire("exclusive")
+        try:
+            return fn(req)
+        finally:
+            self.lock.release()
 
     def baseline(self, req):
         from .inputs import timing_sets
@@ -878,6 +1016,8 @@ def main():
     ap.add_argument("--spares", type=int, default=3, help="warm candidate processes kept ready")
     ap.add_argument("--load-timeout", type=float, default=120)
     ap.add_argument("--trial-timeout", type=float, default=60)
+    ap.add_argument("--gpu-lock", default="", help="the GPU's gate file, shared by its lanes' judges")
+    ap.add_argument("--lanes", type=int, default=1, help="judges sharing this GPU")
     ap.add_argument("--timing-gate", default="", help="timing waits while this file exists (a trainer's own work runs)")
     args = ap.parse_args()
     out = os.fdopen(os.dup(1), "w", buffering=1)
@@ -912,14 +1052,17 @@ def main():
                       f"{res.get('verdict')} in {res['judge_s']:.3f} s", file=sys.stderr, flush=True)
                 reply = {"id": rid, "ok": True, "result": res}
             elif op == "baseline":
-                reply = {"id": rid, "ok": True, "result": judge.baseline(req)}
+                reply = {"id": rid, "ok": True, "result": judge.alone(judge.baseline, req)}
             elif op == "probe":
-                reply = {"id": rid, "ok": True, "result": judge.probe(req)}
+                reply = {"id": rid, "ok": True, "result": judge.alone(judge.probe, req)}
             elif op == "health":
                 judge.health_check()
                 reply = {"id": rid, "ok": True}
             else:
                 reply = {"id": rid, "ok": False, "infra_error": f"unknown op {op!r}"}
+        except Preempted as e:
+            print(f"judge: at {time.time():.3f} preempted: {e}", file=sys.stderr, flush=True)
+            reply = {"id": rid, "ok": False, "preempted": True, "infra_error": f"preempted: {e}"}
         except Infra as e:
             reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory}
             out.write(json.dumps(reply) + "\n")

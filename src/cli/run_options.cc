@@ -55,6 +55,8 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
   app->add_flag("--no-progress", o.no_progress, "no progress bar");
   app->add_option("--spares", o.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
       ->envname("MUSACODER_SPARES");
+  app->add_option("--lanes", o.lanes, "judges per GPU: correctness trials of several candidates at once, timing "
+                  "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
 }
@@ -67,6 +69,8 @@ void add_judge_options(CLI::App* app, RunOptions& o) {
   app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")->capture_default_str();
   app->add_option("--trial-timeout", o.cfg.trial_timeout_s, "seconds per correctness trial")->capture_default_str();
   app->add_option("--spares", o.spares, "warm candidate processes per judge")->envname("MUSACODER_SPARES");
+  app->add_option("--lanes", o.lanes, "judges per GPU: correctness trials of several candidates at once, timing "
+                  "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
   app->add_flag("--no-progress", o.no_progress, "no progress bars");
@@ -85,6 +89,7 @@ eval::EvaluatorOptions evaluator_options(RunOptions& o) {
   eo.progress = !o.no_progress;
   eo.skip_static = o.skip_static;
   eo.spares = o.spares;
+  eo.lanes = o.lanes;
   eo.prepare_toolchain = o.prepare_toolchain;
   return eo;
 }

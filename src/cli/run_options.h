@@ -25,6 +25,7 @@ struct RunOptions {
   bool no_progress = false;
   bool skip_static = false;
   int spares = 0;                // warm candidate processes per judge (0: default)
+  int lanes = 0;                 // judges per GPU (0: default)
   bool prepare_toolchain = false;  // start building the precompiled header at once
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;
@@ -37,7 +38,7 @@ std::string self_exe();
 // --problems is required unless `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
 // The in-process judges of commands that verify answers they make or fetch (rft, bench-model):
-// --gpus --device --cache-dir --timing-budget --trial-timeout --spares --cuda-arch --no-progress.
+// --gpus --device --cache-dir --timing-budget --trial-timeout --spares --lanes --cuda-arch --no-progress.
 void add_judge_options(CLI::App* app, RunOptions& o);
 eval::EvaluatorOptions evaluator_options(RunOptions& o);
 std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o);

@@ -25,7 +25,7 @@ struct TrainCommands::Impl {
   std::string verify_device = "cuda", verify_gpus, cache_dir;
   double rl_bucket_mb = 128;
   bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
-  int compile_workers = 0, spares = 0;
+  int compile_workers = 0, spares = 0, lanes = 0;
   std::string cuda_arch;
 };
 
@@ -124,6 +124,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--cache-dir", m.cache_dir, "compile cache and reference timings");
   l->add_option("--compile-workers", m.compile_workers, "compile threads (0: half the cores)");
   l->add_option("--spares", m.spares, "warm candidate processes per judge (0: default)");
+  l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: default)");
   l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");
   l->add_option("--save-every", r.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   l->add_option("--keep", r.keep_last, "checkpoints kept")->capture_default_str();
@@ -172,6 +173,7 @@ std::optional<int> TrainCommands::run() {
     e.cache_dir = m.cache_dir.empty() ? default_cache_dir() : m.cache_dir;
     e.compile_workers = m.compile_workers;
     e.spares = m.spares;
+    e.lanes = m.lanes;
     e.cuda_arch = m.cuda_arch;
     e.progress = false;
     e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();

@@ -29,6 +29,8 @@ struct Item {
   std::shared_future<CompileOutcome> compiled;
   std::function<void(EvalResult)> done;
   Clock::time_point start;
+  bool exclusive = false;  // preempted once: judged again with the GPU to itself
+  Clock::time_point requeued;
   bool compile_ready() const {
     return !prep.compile ||
            compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -54,9 +56,9 @@ struct Evaluator::Impl {
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
 
-  ExecutorOptions executor_options(int gpu) const {
+  ExecutorOptions executor_options(int gpu, int lane = 0) const {
     auto e = judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir, opts.sandbox ? opts.sandbox_exe : "",
-                           opts.spares);
+                           opts.spares, lane, default_lanes(opts.device, opts.lanes));
     e.timing_gate = gate;
     return e;
   }
@@ -68,11 +70,26 @@ struct Evaluator::Impl {
     it.done(std::move(r));
   }
 
+  // A preempted candidate is judged again alone once nothing else waits or runs (it holds the
+  // GPU to itself, and may hang again for its whole limit), or after kAloneAfter at the latest,
+  // so that a steady stream of new candidates cannot starve it.
+  static constexpr std::chrono::seconds kAloneAfter{60};
+
+  bool may_take(const Item& it) const {
+    if (!it.compile_ready()) return false;
+    if (!it.exclusive) return true;
+    if (Clock::now() - it.requeued > kAloneAfter) return true;
+    if (executing > 0) return false;
+    for (const auto& o : pending)
+      if (!o.exclusive) return false;
+    return true;
+  }
+
   std::optional<Item> take_ready() {
     std::unique_lock lk(mu);
     while (true) {
       for (auto it = pending.begin(); it != pending.end(); ++it) {
-        if (it->compile_ready()) {
+        if (may_take(*it)) {
           Item item = std::move(*it);
           pending.erase(it);
           ++executing;
@@ -84,8 +101,8 @@ struct Evaluator::Impl {
     }
   }
 
-  void gpu_loop(int gpu) {
-    GpuRunner runner(executor_options(gpu));
+  void gpu_loop(int gpu, int lane) {
+    GpuRunner runner(executor_options(gpu, lane));
     // The judge starts while the first candidates compile (a compile-only job never uses it).
     if (!cfg.compile_only) runner.warm_up();
     while (auto item = take_ready()) {
@@ -102,7 +119,15 @@ struct Evaluator::Impl {
         }
         go_on = apply_compile(r, co, cfg);
       }
-      if (go_on) runner.execute(it.cand, it.prep, co, cfg, r);
+      if (go_on && !runner.execute(it.cand, it.prep, co, cfg, r, it.exclusive)) {
+        // Preempted: back to the queue, judged again alone once the others have run (may_take).
+        it.exclusive = true;
+        it.requeued = Clock::now();
+        std::lock_guard lk(mu);
+        pending.push_back(std::move(it));
+        --executing;
+        continue;
+      }
       finish(it);
       std::lock_guard lk(mu);
       --executing;
@@ -110,7 +135,9 @@ struct Evaluator::Impl {
   }
 
   void start_gpu_threads() {
-    for (int g : opts.gpus) gpu_threads.emplace_back([this, g] { gpu_loop(g); });
+    const int lanes = default_lanes(opts.device, opts.lanes);
+    for (int g : opts.gpus)
+      for (int lane = 0; lane < lanes; ++lane) gpu_threads.emplace_back([this, g, lane] { gpu_loop(g, lane); });
   }
 };
 

@@ -15,7 +15,7 @@
 namespace mc::eval {
 
 struct EvaluatorOptions {
-  std::vector<int> gpus = {0};  // one executor (judge) per entry
+  std::vector<int> gpus = {0};  // the GPUs; each gets `lanes` judges
   std::string device = "cuda";  // "cpu": judges run on the CPU (tests without a GPU)
   std::string cache_dir;        // compile cache, reference timings, solution files
   std::string scratch_dir;      // candidate scratch folders
@@ -26,6 +26,8 @@ struct EvaluatorOptions {
   bool progress = true;
   bool skip_static = false;     // testing the run-time defenses alone (never for scoring)
   int spares = 0;               // warm candidate processes per judge (0: 1 on cpu, 6 on cuda)
+  int lanes = 0;                // judges per GPU (0: 1 on cpu, 4 on cuda): correctness trials
+                                // of several candidates at once, timing alone (lanes.py)
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
 };

@@ -10,6 +10,11 @@ int default_spares(const std::string& device, int requested) {
   return device == "cpu" ? 1 : 6;
 }
 
+int default_lanes(const std::string& device, int requested) {
+  if (requested > 0) return requested;
+  return device == "cpu" ? 1 : 4;
+}
+
 Executor::Executor(ExecutorOptions opts) : opts_(std::move(opts)) {}
 
 Executor::~Executor() {
@@ -32,6 +37,9 @@ void Executor::start() {
   }
   o.argv.push_back("--spares");
   o.argv.push_back(std::to_string(opts_.spares));
+  if (!opts_.gpu_lock.empty()) {
+    o.argv.insert(o.argv.end(), {"--gpu-lock", opts_.gpu_lock, "--lanes", std::to_string(opts_.lanes)});
+  }
   if (!opts_.timing_gate.empty()) {
     o.argv.push_back("--timing-gate");
     o.argv.push_back(opts_.timing_gate);

@@ -24,7 +24,16 @@ struct ExecutorOptions {
   double startup_timeout_s = 300;
   int spares = 3;                // warm candidate processes the judge keeps ready
   std::string timing_gate;       // "": none; else timing waits while this file exists
+  // Lanes: several judges share one GPU for correctness, timing has it to itself. The gate file
+  // (one per GPU, shared by its lanes' judges; python/musacoder_harness/lanes.py) and the
+  // number of lanes, which divides the free memory a judge plans with.
+  std::string gpu_lock;
+  int lanes = 1;
 };
+
+// Judges per GPU: correctness trials of several candidates run at once (a hanging candidate
+// holds one lane, not the GPU); on the CPU (tests) one.
+int default_lanes(const std::string& device, int requested);
 
 // Warm candidate processes a judge keeps: starting one (Python, torch, a CUDA context, the
 // legality tools) takes seconds, a candidate about one, so a GPU needs several ready.

@@ -94,14 +94,17 @@ void finalize_result(EvalResult& r, const EvalConfig& cfg) {
 
 ExecutorOptions judge_options(const Toolchain& tc, const std::string& device, int gpu,
                               const std::string& cache_dir, const std::string& scratch_root,
-                              const std::string& sandbox_exe, int spares) {
+                              const std::string& sandbox_exe, int spares, int lane, int lanes) {
   ExecutorOptions e;
   e.device = device;
   e.gpu = gpu;
   e.python = tc.python;
   e.harness_dir = tc.harness_dir;
   e.cache_dir = cache_dir;
-  e.scratch_dir = (fs::path(scratch_root) / ("gpu" + std::to_string(gpu))).string();
+  const std::string g = "gpu" + std::to_string(gpu);
+  e.scratch_dir = (fs::path(scratch_root) / (lane == 0 ? g : g + "-lane" + std::to_string(lane))).string();
+  e.gpu_lock = (fs::path(scratch_root) / (g + ".lock")).string();
+  e.lanes = std::max(1, lanes);
   e.sandbox_exe = sandbox_exe;
   e.spares = default_spares(device, spares);
   return e;
@@ -184,7 +187,7 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
     r.exec_stages["process"] = j["candidate_process"];  // forked by the zygote, or started afresh
   r.judge_details = nlohmann::json::object();
   for (const char* k : {"tolerance", "truth_on", "param_redraw", "memory_plan", "trial_limits_s",
-                        "judge_peak_mem_bytes", "timing_sets_used"})
+                        "judge_peak_mem_bytes", "timing_sets_used", "lane", "timing_overhead_us"})
     if (j.contains(k) && !j[k].is_null()) r.judge_details[k] = j[k];
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
@@ -203,13 +206,13 @@ void GpuRunner::warm_up() {
   }
 }
 
-void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                        const EvalConfig& cfg, EvalResult& r) {
+bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+                        const EvalConfig& cfg, EvalResult& r, bool exclusive) {
   if (start_failures_ >= 3) {  // this GPU's judge cannot start: do not wait for it again
     r.verdict = Verdict::kInfraError;
     r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable (its judge "
                     "failed to start 3 times)";
-    return;
+    return true;
   }
   nlohmann::json req;
   try {
@@ -217,8 +220,9 @@ void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
   } catch (const std::exception& e) {
     r.verdict = Verdict::kInfraError;
     r.infra_error = std::string("preparing the request: ") + e.what();
-    return;
+    return true;
   }
+  if (exclusive) req["exclusive"] = true;
   // Infra failures are retried once; a candidate's own failures never are. A judge that died
   // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
@@ -239,16 +243,26 @@ void GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
       if (reply.value("ok", false)) {
         fill_from_judge(r, reply.at("result"), cfg);
         if (r.compile_path == "runtime") r.compiled = true;
-        return;
+        if (exclusive) r.judge_details["preempted"] = true;  // judged again, alone
+        return true;
       }
+      if (reply.value("preempted", false) && !req.value("exclusive", false)) return false;
       r.verdict = Verdict::kInfraError;
       r.infra_error = reply.value("infra_error", std::string("judge failed"));
-      if (reply.value("out_of_memory", false)) return;  // the same request would fail again
+      if (reply.value("out_of_memory", false)) {
+        // Beside other lanes' work the memory may simply have been taken: once more alone. Alone,
+        // the same request would fail again.
+        if (opts_.lanes <= 1 || req.value("exclusive", false)) return true;
+        req["exclusive"] = true;
+        --attempt;  // not counted as the infra retry
+        continue;
+      }
     } catch (const std::exception& e) {
       r.verdict = Verdict::kInfraError;
       r.infra_error = e.what();
     }
   }
+  return true;
 }
 
 }  // namespace mc::eval

@@ -35,11 +35,12 @@ bool apply_compile(EvalResult& r, const CompileOutcome& co, const EvalConfig& cf
 // Stage, reward and feedback from the verdict.
 void finalize_result(EvalResult& r, const EvalConfig& cfg);
 
-// The judge settings for one GPU, the same for `musacoder eval` and for GPU workers.
-// `sandbox_exe` empty: candidates run unsandboxed (debugging only); `spares` 0: the default.
+// The judge settings for one lane of one GPU, the same for `musacoder eval` and for GPU
+// workers. `sandbox_exe` empty: candidates run unsandboxed (debugging only); `spares` 0: the
+// default. Every lane of a GPU shares the GPU's gate file under `scratch_root`.
 ExecutorOptions judge_options(const Toolchain& tc, const std::string& device, int gpu,
                               const std::string& cache_dir, const std::string& scratch_root,
-                              const std::string& sandbox_exe, int spares);
+                              const std::string& sandbox_exe, int spares, int lane = 0, int lanes = 1);
 
 // Stages 4-7 on one GPU: owns that GPU's judge (started on first use, restarted after a
 // crash). Infra failures are retried once; after three in a row the GPU is considered lost and
@@ -49,8 +50,12 @@ class GpuRunner {
   explicit GpuRunner(ExecutorOptions opts);
   ~GpuRunner();
   // `cfg` is the candidate's own (jobs from a queue may each carry a different one).
-  void execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-               const EvalConfig& cfg, EvalResult& r);
+  // Returns false when the judge preempted the candidate (another lane waited to time while one
+  // of its trials ran long; r is untouched): the caller runs it again later with `exclusive`,
+  // the GPU to itself, where it cannot be preempted. A judge that ran out of memory beside
+  // other lanes is retried exclusive at once.
+  [[nodiscard]] bool execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+                             const EvalConfig& cfg, EvalResult& r, bool exclusive = false);
   int gpu() const { return opts_.gpu; }
   // Starts this GPU's judge ahead of the first candidate (a failure is left for execute() to
   // report, as an infra error of the candidate that needs the judge).

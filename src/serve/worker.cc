@@ -158,7 +158,9 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
     r.compile_s = co.seconds;
     r.compile_cached = co.cached;
     r.compiled = r.compile_path != "runtime";
-    runner.execute(cand, prep, co, job.config, r);
+    // One lane per GPU worker: nothing waits to time beside it, but a preempted candidate would
+    // be judged again at once, alone.
+    if (!runner.execute(cand, prep, co, job.config, r)) (void)runner.execute(cand, prep, co, job.config, r, true);
     if (r.is_infra()) throw Error("GPU " + std::to_string(runner.gpu()) + ": " + r.infra_error);
   }
   store_result(q, d, job, r);

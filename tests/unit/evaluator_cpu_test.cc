@@ -170,7 +170,8 @@ TEST(EvaluatorCpu, BaselineWritesKernelBenchSchema) {
 
 // A judge that runs out of memory (here a MemoryError in the reference, the CPU analogue of a
 // published-size problem that does not fit) gives that candidate an infra error, never a score,
-// and the judge goes on serving every candidate after it: nothing later in the run is lost.
+// and the judge goes on serving every candidate after it: nothing later in the run is lost. With
+// lanes, the candidate is first tried again alone (the memory may have been another lane's).
 TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
   mc::TempDir dir;
   auto probs = dir.path() / "problems";
@@ -195,6 +196,7 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
   cfg.trial_timeout_s = 10;
   cfg.timing = false;
   EvaluatorOptions o = cpu_options();
+  o.lanes = 2;  // beside another lane first, then (the same out-of-memory) alone: still infra
   Evaluator ev(cfg, o);
   auto rows = ev.run(cands, nullptr);
   ASSERT_EQ(rows.size(), cands.size());
@@ -207,6 +209,58 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
       EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
     }
   }
+}
+
+// Lanes: two judges share the device. A candidate that hangs holds its lane, not the device: the
+// honest candidates behind it are checked in the other lane and, when one of them waits to time,
+// the hanging trial is preempted and judged again later alone, where it gets its full limit and
+// its timeout. No honest row waits for the hang, and the hang's verdict is the same as alone.
+TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  ProblemPtr add;
+  for (const auto& q : problems)
+    if (q->stem == "1_Add") add = q;
+  std::vector<Candidate> cands;
+  Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
+  hang.sample_id = "hang";
+  cands.push_back(hang);
+  for (int i = 0; i < 5; ++i) {
+    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+    c.sample_id = "add_" + std::to_string(i);
+    cands.push_back(c);
+  }
+  EvalConfig cfg;
+  cfg.trial_timeout_floor_s = 10;  // the hang's first trial: 2 x (10 s + 200 x the reference)
+  cfg.trial_timeout_s = 40;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  o.compile_workers = 2;
+  Evaluator ev(cfg, o);
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> order;  // sample, seconds from the start
+  auto rows = ev.run(cands, [&](const EvalResult& r) {
+    order.emplace_back(r.sample_id, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  });
+  ASSERT_EQ(order.size(), cands.size());
+  EXPECT_EQ(order.back().first, "hang") << "an honest row waited for the hanging one";
+  double limit = 0;
+  for (const auto& r : rows) {
+    if (r.sample_id == "hang") {
+      EXPECT_EQ(r.verdict, Verdict::kTimeout) << r.reason << " | " << r.infra_error;
+      EXPECT_TRUE(r.judge_details.value("preempted", false)) << r.judge_details.dump();
+      ASSERT_TRUE(r.judge_details.contains("lane")) << r.judge_details.dump();
+      EXPECT_EQ(r.judge_details["lane"].value("mode", ""), "exclusive");
+      limit = r.judge_details["trial_limits_s"][0].get<double>();
+    } else {
+      EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
+      EXPECT_TRUE(r.candidate_time.has_value()) << r.sample_id;
+      EXPECT_EQ(r.judge_details["lane"].value("lanes", 0), 2);
+    }
+  }
+  EXPECT_GE(limit, 20.0);
+  // Every honest row was final before the hang's first trial could have run out.
+  EXPECT_LT(order[order.size() - 2].second, limit) << "the honest rows waited for the hang";
 }
 
 // A trainer sharing the judges' GPU holds timing while its own kernels run: the candidate is
