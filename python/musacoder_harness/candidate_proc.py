@@ -141,6 +141,15 @@ class CandidateProc:
         """SIGKILL without waiting; kill() then waits and releases."""
         kill_group(self.proc.pid)
 
+    def stop(self, timeout_s=10):
+        """SIGKILL and wait until the process is gone (its device memory with it); the channel
+        stays open until kill()."""
+        self.signal_kill()
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pass
+
     def kill(self):
         kill_session(self.proc)
         close_fds(self.j2c_w, self.c2j_r)
@@ -241,6 +250,10 @@ class ForkedCandidateProc(CandidateProc):
     def signal_kill(self):
         if self._exit_code(0) is None:  # still running (a reaped pid may be reused)
             kill_group(self.pid)
+
+    def stop(self, timeout_s=10):
+        self.signal_kill()
+        self._exit_code(timeout_s)
 
     def kill(self):
         self.signal_kill()

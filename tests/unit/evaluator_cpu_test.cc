@@ -303,6 +303,16 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   mc::fs::create_directories(l1);
   for (const char* p : {"4_LayerNorm.py", "7_SumRows.py"})
     mc::fs::copy(mc::test::cases_dir() + "/problems/" + p, l1 / p);
+  // A forward that reaches its MLP through a closure (as level 3's MiniGPTBlock does): the
+  // float64 reference must still reach those weights, else the comparison loses its yardstick.
+  mc::write_file_atomic(l1 / "8_ClosureMLP.py",
+                        "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n"
+                        "    def __init__(self):\n        super().__init__()\n"
+                        "        self.mlp = nn.ModuleDict(dict(a=nn.Linear(64, 256), b=nn.Linear(256, 64)))\n"
+                        "        m = self.mlp\n        self.mlpf = lambda x: m.b(torch.relu(m.a(x)))\n\n"
+                        "    def forward(self, x):\n        return x + self.mlpf(x)\n\n"
+                        "def get_inputs():\n    return [torch.rand(32, 64)]\n\n"
+                        "def get_init_inputs():\n    return []\n");
   mc::SubprocessOptions o;
   std::string out = (dir.path() / "st").string();
   o.argv = {MUSACODER_BINARY, "selftest", "--problems", dir.path().string(), "--levels", "1",
@@ -313,23 +323,30 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   EXPECT_NE(r.out.find("selftest: PASS"), std::string::npos) << r.out;
   auto rep = nlohmann::json::parse(mc::read_file(out + "/report.json"));
   const auto& all = rep["all"];
-  EXPECT_EQ(all["problems"].get<int>(), 2);
-  EXPECT_EQ(all["honest_judged"].get<int>(), 6);
-  EXPECT_EQ(all["honest_accepted"].get<int>(), 6) << all.dump();
+  EXPECT_EQ(all["problems"].get<int>(), 3);
+  EXPECT_EQ(all["honest_judged"].get<int>(), 9);
+  EXPECT_EQ(all["honest_accepted"].get<int>(), 9) << all.dump();
   EXPECT_EQ(all["infra_errors"].get<int>(), 0);
   EXPECT_EQ(all["negatives"].get<int>(), 3);
   EXPECT_EQ(all["negatives_rejected"].get<int>(), 3) << all.dump();
   // The renamed LayerNorm's re-draws reached its parameters by order and shape.
   bool seen = false;
   std::istringstream rows(mc::read_file(out + "/rows.jsonl"));
+  int closure_rows = 0;
   for (std::string line; std::getline(rows, line);) {
     auto row = nlohmann::json::parse(line);
+    if (row["problem"] == "L1/8_ClosureMLP") {
+      ++closure_rows;
+      for (const auto& t : row["judge_details"]["truth_on"])
+        EXPECT_EQ(t.get<std::string>().rfind("none", 0), std::string::npos) << row["judge_details"].dump();
+    }
     if (row["problem"] != "L1/4_LayerNorm" || row["sample_id"] != "renamed") continue;
     seen = true;
     EXPECT_EQ(row["judge_details"]["param_redraw"]["renamed"].get<int>(), 2) << row.dump();
     EXPECT_FALSE(row["judge_details"]["param_redraw"]["skipped"].get<bool>());
   }
   EXPECT_TRUE(seen);
+  EXPECT_EQ(closure_rows, 3);
   // --resume judges only what is missing: here nothing, and the report is the same.
   o.argv.push_back("--resume");
   r = mc::run_command(o, 600000);
