@@ -263,6 +263,32 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
   EXPECT_LT(order[order.size() - 2].second, limit) << "the honest rows waited for the hang";
 }
 
+// A trial that runs out of its limit while the device is shared is no verdict (beside other lanes
+// an honest candidate can be slowed past it): the candidate is judged again alone, and only there
+// does the limit decide. Here nothing waits to time, so it is the limit, not a preemption, that
+// sends it back.
+TEST(EvaluatorCpu, TimeoutBesideOtherLanesIsJudgedAgainAlone) {
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  ProblemPtr add;
+  for (const auto& q : problems)
+    if (q->stem == "1_Add") add = q;
+  Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
+  EvalConfig cfg;
+  cfg.trial_timeout_floor_s = 2;
+  cfg.trial_timeout_s = 4;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  Evaluator ev(cfg, o);
+  auto rows = ev.run({hang}, nullptr);
+  ASSERT_EQ(rows.size(), 1u);
+  const EvalResult& r = rows[0];
+  EXPECT_EQ(r.verdict, Verdict::kTimeout) << r.reason << " | " << r.infra_error;
+  EXPECT_TRUE(r.judge_details.value("preempted", false)) << r.judge_details.dump();
+  EXPECT_EQ(r.judge_details["lane"].value("mode", ""), "exclusive") << r.judge_details.dump();
+  EXPECT_EQ(r.judge_details["lane"].value("exclusive_why", ""), "request");
+}
+
 // A trainer sharing the judges' GPU holds timing while its own kernels run: the candidate is
 // compiled and checked, but its timing waits for the release; then it is timed and passes.
 TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
