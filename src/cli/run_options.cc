@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "eval/toolchain.h"
 
 namespace mc::cli {
 
@@ -57,6 +58,8 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
       ->envname("MUSACODER_SPARES");
   app->add_option("--lanes", o.lanes, "judges per GPU: correctness trials of several candidates at once, timing "
                   "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
+  app->add_option("--backend", o.backend, "cuda, or musa (Moore Threads; needs mcc and torch_musa)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
 }
@@ -73,10 +76,13 @@ void add_judge_options(CLI::App* app, RunOptions& o) {
                   "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
+  app->add_option("--backend", o.backend, "cuda, or musa (Moore Threads; needs mcc and torch_musa)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
   app->add_flag("--no-progress", o.no_progress, "no progress bars");
 }
 
 eval::EvaluatorOptions evaluator_options(RunOptions& o) {
+  eval::require_backend(o.backend, std::getenv("MUSACODER_PYTHON") ? std::getenv("MUSACODER_PYTHON") : "python3");
   for (const auto& a : o.allow) o.cfg.allow.insert(a);
   eval::EvaluatorOptions eo;
   eo.gpus = parse_gpus(o.gpus);

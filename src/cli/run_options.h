@@ -26,6 +26,7 @@ struct RunOptions {
   bool skip_static = false;
   int spares = 0;                // warm candidate processes per judge (0: default)
   int lanes = 0;                 // judges per GPU (0: default)
+  std::string backend = "cuda";  // cuda | musa (refused until MooreEval's MUSA judge exists)
   bool prepare_toolchain = false;  // start building the precompiled header at once
   std::string cuda_arch;         // "" : detect
   std::vector<std::string> allow;

@@ -39,4 +39,14 @@ Toolchain discover_toolchain(const std::string& cuda_arch_override = "");
 // MusaCoder's installation root (holds python/, include/, docs/).
 std::string musacoder_home();
 
+// What a MUSA backend would need and this machine lacks, one line each (empty: nothing):
+// mcc under $MUSA_HOME, $MUSA_PATH or /usr/local/musa (as torch_musa's musa_extension.py looks
+// for it) or on PATH, and torch_musa importable by `python`.
+std::vector<std::string> missing_musa_toolchain(const std::string& python);
+
+// Throws mc::Error unless `backend` is "cuda": "musa" is refused with what is missing (or, where
+// the toolchain is there, because MooreEval's MUSA judge is not built yet); never a silent
+// fallback to CUDA.
+void require_backend(const std::string& backend, const std::string& python);
+
 }  // namespace mc::eval

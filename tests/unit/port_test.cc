@@ -233,3 +233,27 @@ TEST(Port, CommandPortsAFolderAndSummarizes) {
   EXPECT_EQ(r.status.exit_code, 2) << r.out << r.err;
   EXPECT_NE(r.err.find("does not exist"), std::string::npos) << r.err;
 }
+
+// --backend musa where the MUSA toolchain is missing: a clear refusal naming what is missing,
+// exit 2, and nothing judged on CUDA instead.
+TEST(Port, BackendMusaWithoutItsToolchainIsRefused) {
+  mc::TempDir dir;
+  auto out = dir.path() / "rows.jsonl";
+  for (std::vector<std::string> argv :
+       {std::vector<std::string>{"eval", "--problems", mc::test::cases_dir() + "/problems", "--solutions",
+                                 mc::test::cases_dir() + "/cpu/honest_add.py", "--device", "cpu", "--out", out.string()},
+        std::vector<std::string>{"selftest", "--problems", mc::test::cases_dir() + "/problems", "--device", "cpu",
+                                 "--out", (dir.path() / "st").string()}}) {
+    mc::SubprocessOptions o;
+    o.argv = {MUSACODER_BINARY};
+    o.argv.insert(o.argv.end(), argv.begin(), argv.end());
+    o.argv.insert(o.argv.end(), {"--backend", "musa"});
+    o.env_set["MUSA_HOME"] = (dir.path() / "no-musa").string();
+    auto r = mc::run_command(o, 120000);
+    EXPECT_EQ(r.status.exit_code, 2) << argv[0] << ": " << r.out << r.err;
+    EXPECT_NE(r.err.find("--backend musa"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("mcc"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("torch_musa"), std::string::npos) << r.err;
+    EXPECT_FALSE(mc::fs::exists(out)) << "rows were written: something was judged";
+  }
+}
