@@ -82,7 +82,7 @@ void add_judge_options(CLI::App* app, RunOptions& o) {
 }
 
 eval::EvaluatorOptions evaluator_options(RunOptions& o) {
-  eval::require_backend(o.backend, std::getenv("MUSACODER_PYTHON") ? std::getenv("MUSACODER_PYTHON") : "python3");
+  eval::require_backend(o.backend);
   for (const auto& a : o.allow) o.cfg.allow.insert(a);
   eval::EvaluatorOptions eo;
   eo.gpus = parse_gpus(o.gpus);

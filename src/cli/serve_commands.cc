@@ -107,6 +107,8 @@ struct ServeCommands::Impl {
       auto ev = make_evaluator(o);
       backend = std::make_unique<serve::LocalBackend>(std::move(ev), cache, queue.max_depth, metrics);
     } else {
+      // The workers judge; a backend they cannot honour is refused here, not passed on to CUDA.
+      eval::require_backend(o.backend);
       backend = std::make_unique<serve::RedisBackend>(redis_url, queue, metrics);
     }
     if (gpu_kind.empty())

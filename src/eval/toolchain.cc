@@ -123,7 +123,8 @@ std::vector<std::string> missing_musa_toolchain(const std::string& python) {
   return missing;
 }
 
-void require_backend(const std::string& backend, const std::string& python) {
+void require_backend(const std::string& backend) {
+  const std::string python = env_or("MUSACODER_PYTHON", "python3");
   if (backend == "cuda") return;
   MC_CHECK(backend == "musa", "--backend must be cuda or musa, got '", backend, "'");
   auto missing = missing_musa_toolchain(python);

@@ -47,6 +47,7 @@ std::vector<std::string> missing_musa_toolchain(const std::string& python);
 // Throws mc::Error unless `backend` is "cuda": "musa" is refused with what is missing (or, where
 // the toolchain is there, because MooreEval's MUSA judge is not built yet); never a silent
 // fallback to CUDA.
-void require_backend(const std::string& backend, const std::string& python);
+// Python: MUSACODER_PYTHON, else python3, as discover_toolchain() picks it.
+void require_backend(const std::string& backend);
 
 }  // namespace mc::eval
