@@ -78,6 +78,13 @@ void check(const CaseRun& run) {
   }
 }
 
+// One of tests/cases/problems, by stem.
+ProblemPtr case_problem(const std::string& stem) {
+  for (const auto& q : load_problems(mc::test::cases_dir() + "/problems"))
+    if (q->stem == stem) return q;
+  throw std::runtime_error("no case problem " + stem);
+}
+
 const EvalResult& row(const CaseRun& run, const std::string& sample) {
   for (const auto& r : run.rows)
     if (r.sample_id == sample) return r;
@@ -216,10 +223,7 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
 // the hanging trial is preempted and judged again later alone, where it gets its full limit and
 // its timeout. No honest row waits for the hang, and the hang's verdict is the same as alone.
 TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
-  auto problems = load_problems(mc::test::cases_dir() + "/problems");
-  ProblemPtr add;
-  for (const auto& q : problems)
-    if (q->stem == "1_Add") add = q;
+  ProblemPtr add = case_problem("1_Add");
   std::vector<Candidate> cands;
   Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
   hang.sample_id = "hang";
@@ -268,10 +272,7 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
 // does the limit decide. Here nothing waits to time, so it is the limit, not a preemption, that
 // sends it back.
 TEST(EvaluatorCpu, TimeoutBesideOtherLanesIsJudgedAgainAlone) {
-  auto problems = load_problems(mc::test::cases_dir() + "/problems");
-  ProblemPtr add;
-  for (const auto& q : problems)
-    if (q->stem == "1_Add") add = q;
+  ProblemPtr add = case_problem("1_Add");
   Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
   EvalConfig cfg;
   cfg.trial_timeout_floor_s = 2;
@@ -292,10 +293,7 @@ TEST(EvaluatorCpu, TimeoutBesideOtherLanesIsJudgedAgainAlone) {
 // A trainer sharing the judges' GPU holds timing while its own kernels run: the candidate is
 // compiled and checked, but its timing waits for the release; then it is timed and passes.
 TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
-  auto problems = load_problems(mc::test::cases_dir() + "/problems");
-  ProblemPtr add;
-  for (const auto& q : problems)
-    if (q->stem == "1_Add") add = q;
+  ProblemPtr add = case_problem("1_Add");
   Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
