@@ -313,18 +313,17 @@ class Judge:
             os.makedirs(os.path.dirname(m), exist_ok=True)
             open(m, "w").close()
 
-    def device_bytes(self):
-        return self.torch.cuda.mem_get_info(self.device)[1] if self.cuda else 1 << 62
-
-    def verifier_memory(self, cand):
-        """Device memory the verifier holds once the candidate that ran out of it is gone: this
-        judge's tensors and cache, the other lanes' judges, every warm process's context."""
+    def verifier_holds_much_memory(self, cand):
+        """Whether the verifier holds a quarter of the device or more once the candidate that ran
+        out of memory is gone (this judge's tensors and cache, the other lanes' judges, every
+        warm process's context): "X GiB of Y" if so, else ""."""
         if not self.cuda:
-            return 0
+            return ""
         cand.stop()
         self.reap()
         free, total = self.torch.cuda.mem_get_info(self.device)
-        return total - free
+        held = total - free
+        return f"{held / 2**30:.1f} GiB of {total / 2**30:.1f}" if held * 4 >= total else ""
 
     def release_cached_memory(self, above=1 << 30):
         """Blocks the judge's allocator keeps cached are free to the judge alone: above `above`
@@ -526,7 +525,7 @@ class Judge:
             inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
             with torch.no_grad():
                 out0 = ref_model(*inputs0)
-            beside = self.lock.mode == "shared" and self.lock.lanes > 1
+            beside = self.lock.beside_others
             plan = self.memory_plan(inputs0, out0, ref_model, self.lock.lanes if beside else 1)
             if beside and (plan.get("truth") == "host" or plan.get("snapshots") == "host"):
                 # Too large to share the device: the GPU to itself, for this and later candidates
@@ -673,7 +672,7 @@ class Judge:
             if msg is not None:
                 cand.send(msg)
             t0 = time.monotonic()
-            if preempt_after is not None and self.lock.mode == "shared" and self.lock.lanes > 1:
+            if preempt_after is not None and self.lock.beside_others:
                 while not cand.readable(0.05):
                     waited = time.monotonic() - t0
                     if waited >= timeout:
@@ -683,7 +682,7 @@ class Judge:
             # A reply that has begun gets at least a second to arrive in full.
             rep = cand.recv(max(1.0, timeout - (time.monotonic() - t0)))
         except CandidateTimeout:
-            if preempt_after is not None and self.lock.mode == "shared" and self.lock.lanes > 1:
+            if preempt_after is not None and self.lock.beside_others:
                 # Beside other lanes the candidate shares the GPU and the host: a timeout there
                 # is no verdict (an honest slow one failed that way on the H100). Judged again
                 # alone, where the limit decides.
@@ -697,19 +696,19 @@ class Judge:
                           runtime_error=e.log_tail[-3000:])
         if rep.get("op") == "error":
             verdict = "load_error" if stage == "load" else "runtime_error"
-            if "out of memory" in str(rep.get("error", "")) and self.lock.mode == "shared" and \
-                    self.lock.lanes > 1:
-                # Other lanes' candidates may hold the memory it needed: judged again alone.
-                raise Infra(f"the candidate ran out of device memory during {stage} beside other "
-                            f"lanes: {str(rep.get('error', ''))[:200]}", out_of_memory=True)
-            held = self.verifier_memory(cand) if "out of memory" in str(rep.get("error", "")) else 0
-            if held * 4 >= self.device_bytes():
-                # Published sizes: the candidate ran short of device memory while the verifier
-                # (this judge, the other lanes' judges, everyone's warm processes) held a large
-                # share of it. That is the verifier's doing, not the candidate's.
-                raise Infra(f"the candidate ran out of device memory during {stage} while the "
-                            f"verifier held {held / 2**30:.1f} GiB of {self.device_bytes() / 2**30:.1f}: "
-                            f"{str(rep.get('error', ''))[:200]}")
+            err = str(rep.get("error", ""))
+            if "out of memory" in err:
+                if self.lock.beside_others:
+                    # Other lanes' candidates may hold the memory it needed: judged again alone.
+                    raise Infra(f"the candidate ran out of device memory during {stage} beside "
+                                f"other lanes: {err[:200]}", out_of_memory=True)
+                held = self.verifier_holds_much_memory(cand)
+                if held:
+                    # Published sizes: the candidate ran short of device memory while the
+                    # verifier (this judge, the other lanes' judges, everyone's warm processes)
+                    # held a large share of it. That is the verifier's doing, not the candidate's.
+                    raise Infra(f"the candidate ran out of device memory during {stage} while the "
+                                f"verifier held {held}: {err[:200]}")
             raise Verdict(verdict, f"{stage} raised {rep.get('error', '')[:300]}",
                           runtime_error=(rep.get("traceback") or rep.get("error", ""))[-3000:])
         return rep

@@ -34,6 +34,12 @@ class GpuLock:
     def enabled(self):
         return self._gate is not None
 
+    @property
+    def beside_others(self):
+        """Held shared while other lanes may run beside this one: the state in which a judge
+        neither times nor gives a timeout or out-of-memory verdict."""
+        return self.mode == "shared" and self.lanes > 1
+
     def acquire(self, mode):
         """Takes the gate in `mode` ("shared" or "exclusive"), releasing what is held first.
         Returns the seconds waited."""
@@ -66,7 +72,7 @@ class GpuLock:
         """Whether another judge waits for the GPU to itself. A shared holder sees the turnstile
         taken either by a waiting timer or, for an instant, by a judge passing through it; only
         a turnstile found taken for `settle_s` counts."""
-        if not self.enabled or self.mode != "shared":
+        if not self.enabled or not self.beside_others:
             return False
         try:
             fcntl.flock(self._turnstile, fcntl.LOCK_EX | fcntl.LOCK_NB)

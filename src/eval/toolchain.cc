@@ -118,8 +118,12 @@ std::vector<std::string> missing_musa_toolchain(const std::string& python) {
   SubprocessOptions o;
   o.argv = {python, "-c", "import torch_musa"};
   auto r = run_command(o, 120000);
-  if (!r.status.ok()) missing.push_back("torch_musa (`" + python + " -c 'import torch_musa'` failed: " +
-                                        first_line(r.err.empty() ? r.status.describe() : r.err.substr(r.err.rfind('\n', r.err.size() - 2) + 1)) + ")");
+  if (!r.status.ok()) {
+    std::string why = r.err;  // its last line: the exception
+    while (!why.empty() && why.back() == '\n') why.pop_back();
+    why = why.empty() ? r.status.describe() : why.substr(why.rfind('\n') + 1);
+    missing.push_back("torch_musa (`" + python + " -c 'import torch_musa'` failed: " + why + ")");
+  }
   return missing;
 }
 
