@@ -6,6 +6,8 @@
 #include "eval/reward.h"
 #include "eval/static_check.h"
 
+#include <utility>
+
 namespace mc::eval {
 
 PreparedCandidate prepare_candidate(const Candidate& c, const EvalConfig& cfg, bool skip_static) {
@@ -222,7 +224,12 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
     r.infra_error = std::string("preparing the request: ") + e.what();
     return true;
   }
-  if (exclusive) req["exclusive"] = true;
+  // A preempted candidate comes back here alone; why it was sent back rides in infra_error.
+  std::string preempted_why;
+  if (exclusive) {
+    req["exclusive"] = true;
+    preempted_why = std::exchange(r.infra_error, std::string());
+  }
   // Infra failures are retried once; a candidate's own failures never are. A judge that died
   // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
@@ -243,10 +250,16 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
       if (reply.value("ok", false)) {
         fill_from_judge(r, reply.at("result"), cfg);
         if (r.compile_path == "runtime") r.compiled = true;
-        if (exclusive) r.judge_details["preempted"] = true;  // judged again, alone
+        if (exclusive) {  // judged again, alone
+          r.judge_details["preempted"] = true;
+          r.judge_details["preempted_why"] = preempted_why;
+        }
         return true;
       }
-      if (reply.value("preempted", false) && !req.value("exclusive", false)) return false;
+      if (reply.value("preempted", false) && !req.value("exclusive", false)) {
+        r.infra_error = reply.value("infra_error", std::string("preempted"));
+        return false;
+      }
       r.verdict = Verdict::kInfraError;
       r.infra_error = reply.value("infra_error", std::string("judge failed"));
       if (reply.value("out_of_memory", false)) {
