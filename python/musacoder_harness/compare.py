@@ -18,9 +18,14 @@ def flatten_outputs(out):
 
 
 def scale_tolerance(dtype):
-    """Bound on ||out - ref|| / ||ref||: holds even where atol exceeds every output (a softmax
-    over a long row), so a constant kernel cannot pass on the absolute tolerance alone."""
-    return 1e-3 if dtype in (torch.float32, torch.float64) else 2e-2
+    """Floor of the bound on ||out - ref|| / ||ref||: holds even where atol exceeds every output
+    (a softmax over a long row), so a constant kernel cannot pass on the absolute tolerance
+    alone. For fp32 it is KernelBench's own fp32 tolerance, 1e-4, applied to the norm: an honest
+    fp32 kernel errs 1e-7-1e-6 there, while fp32 work done in half precision (inputs, weights
+    or intermediates rounded to 11 bits) errs 3e-4-5e-4 and is rejected even where the
+    problem's conditioning widens the elementwise bound (level 3's ShallowWideMLP, 1e-3 let it
+    through). The bound grows past the floor with PyTorch's own error (compare_outputs)."""
+    return 1e-4 if dtype in (torch.float32, torch.float64) else 2e-2
 
 
 # How many times PyTorch's own rounding error an honest kernel may make. Measured on the CPU
@@ -105,7 +110,8 @@ def compare_outputs(ref, out, atol, rtol, truth=None, extra_atol=None):
         bounds.append({"atol": atol, "rtol": rtol, "extra_atol": extra,
                        "torch_error_max": torch_err_max, "against": "float64" if t is not None
                        else "reference", "relative_norm_tolerance": norm_bound / ref_norm
-                       if ref_norm > 0 else None})
+                       if ref_norm > 0 else None,
+                       "relative_norm_error": err_norm / ref_norm if ref_norm > 0 else None})
     return True, {"bounds": bounds}
 
 

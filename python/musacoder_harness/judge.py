@@ -11,6 +11,7 @@ import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import time
 import traceback
@@ -24,6 +25,19 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
 OVERHEAD_SLACK = 2.0  # multiple of the calibrated per-call overhead the forgery bound forgives
 PREEMPT_LOAD_S = 5.0  # a candidate's load (import, module, construction) before it may be preempted
+
+
+def device_processes():
+    """nvidia-smi's view of who holds device memory ("pid MiB, ..."), for an infra error's
+    message; "unknown" where it cannot tell (no nvidia-smi, a container without the pids)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True,
+                             timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    rows = [r.replace(" ", "").split(",") for r in out.splitlines() if r.strip()]
+    return ", ".join(f"{r[0]} {r[1]} MiB" for r in rows if len(r) == 2) or "unknown"
 
 
 class Infra(Exception):
@@ -323,7 +337,13 @@ class Judge:
         self.reap()
         free, total = self.torch.cuda.mem_get_info(self.device)
         held = total - free
-        return f"{held / 2**30:.1f} GiB of {total / 2**30:.1f}" if held * 4 >= total else ""
+        if held * 4 < total:
+            return ""
+        torch = self.torch
+        return (f"{held / 2**30:.1f} GiB of {total / 2**30:.1f} (this judge: "
+                f"{torch.cuda.memory_allocated(self.device) / 2**30:.1f} GiB allocated, "
+                f"{torch.cuda.memory_reserved(self.device) / 2**30:.1f} reserved; by process: "
+                f"{device_processes()})")
 
     def release_cached_memory(self, above=1 << 30):
         """Blocks the judge's allocator keeps cached are free to the judge alone: above `above`

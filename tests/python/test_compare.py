@@ -137,6 +137,28 @@ def test_chunked_comparison_agrees_with_whole(monkeypatch):
     assert compare_outputs(ref, _sequential_sum(x), 1e-4, 1e-4, truth=truth)[0]
 
 
+def test_norm_floor_rejects_half_precision_where_the_elementwise_bound_is_wide():
+    # Level 3's ShallowWideMLP on the H100: PyTorch's own fp32 result erred 0.014 at its worst
+    # element (a long, cancelling dot product), so 128x that widened every element's bound past
+    # what half-precision rounding does, while its error over the whole output stayed ~4e-7 of
+    # the output's norm. The norm bound then rests on its floor: 1e-4 rejects work done in half
+    # precision (relative norm error ~4e-4), and an honest fp32 order (~1e-6) keeps a 100x margin.
+    g = torch.Generator().manual_seed(0)
+    t = torch.randn(128, 4096, generator=g) * 50
+    ref = t.clone()
+    truth = [(t, 0.014, 4.3e-7 * float(t.norm()))]
+    half = t + t * torch.empty_like(t).uniform_(-1, 1, generator=g) * 7e-4
+    honest = t + t * torch.empty_like(t).uniform_(-1, 1, generator=g) * 2e-6
+    assert float((half - t).abs().max()) < 128 * 0.014  # within every element's bound
+    ok, d = compare_outputs(ref, half, 1e-4, 1e-4, truth=truth)
+    assert not ok and d["kind"] == "relative_norm", d
+    assert 3e-4 < d["relative_norm_error"] < 5e-4 and d["relative_norm_tolerance"] == pytest.approx(1e-4)
+    ok, d = compare_outputs(ref, honest, 1e-4, 1e-4, truth=truth)
+    assert ok, d
+    b = d["bounds"][0]
+    assert b["relative_norm_error"] < b["relative_norm_tolerance"] / 50  # the row records both
+
+
 def test_measured_allowance_applies_without_float64():
     # Timing runs reuse the allowance the correctness trials measured.
     x, ref, truth = _sum_case("signed")

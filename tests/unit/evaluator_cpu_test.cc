@@ -357,6 +357,9 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   EXPECT_EQ(all["infra_errors"].get<int>(), 0);
   EXPECT_EQ(all["negatives"].get<int>(), 3);
   EXPECT_EQ(all["negatives_rejected"].get<int>(), 3) << all.dump();
+  // How close the honest rows came to their relative-norm bound is measured (and under it).
+  EXPECT_GT(all["closest_to_norm_bound"].get<double>(), 0) << all.dump();
+  EXPECT_LT(all["closest_to_norm_bound"].get<double>(), 1) << all.dump();
   // The renamed LayerNorm's re-draws reached its parameters by order and shape.
   bool seen = false;
   std::istringstream rows(mc::read_file(out + "/rows.jsonl"));
