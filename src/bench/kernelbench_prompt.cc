@@ -3,6 +3,7 @@
 #include <map>
 
 #include "common/check.h"
+#include "port/porter.h"
 
 namespace mc::bench {
 namespace {
@@ -148,16 +149,29 @@ std::string block(const char* tmpl) { return strip(tmpl) + "\n"; }
 
 }  // namespace
 
-std::string kernelbench_prompt(const std::string& ref_arch_src, const std::string& precision) {
+KernelBenchExample kernelbench_example(const std::string& backend) {
+  if (backend == "cuda") return {kExampleArch, kExampleNewArch};
+  MC_CHECK(backend == "musa", "kernelbench prompt: unknown backend '", backend, "' (cuda or musa)");
+  static const KernelBenchExample musa = [] {
+    port::Porter porter(port::load_rules(), port::Direction::kToMusa);
+    return KernelBenchExample{porter.port(kExampleArch).text, porter.port(kExampleNewArch).text};
+  }();
+  return musa;
+}
+
+std::string kernelbench_prompt(const std::string& ref_arch_src, const std::string& precision,
+                               const std::string& backend) {
   static const std::map<std::string, std::string> kPrecision = {
       {"fp32", "FP32 (32-bit floating point)"}, {"fp16", "FP16 (16-bit floating point)"}, {"bf16", "BF16 (bfloat16)"}};
   auto prec = kPrecision.find(precision);
   MC_CHECK(prec != kPrecision.end(), "kernelbench prompt: unknown precision '", precision, "' (fp32, fp16 or bf16)");
-  const std::map<std::string, std::string> display = {{"backend_display", "CUDA operators"}};
+  const KernelBenchExample example = kernelbench_example(backend);
+  const std::string operators = backend == "musa" ? "MUSA operators" : "CUDA operators";
+  const std::map<std::string, std::string> display = {{"backend_display", operators}};
   std::string entry = format(strip(block(kExampleEntry)), {{"example_label", "Example:"},
-                                                           {"input_code", kExampleArch},
-                                                           {"output_code", kExampleNewArch},
-                                                           {"backend_display", "CUDA operators"}});
+                                                           {"input_code", example.arch},
+                                                           {"output_code", example.new_arch},
+                                                           {"backend_display", operators}});
   std::map<std::string, std::string> ctx = {
       {"ref_arch_src", ref_arch_src},
       {"precision_display", prec->second},

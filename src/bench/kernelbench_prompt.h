@@ -15,7 +15,19 @@ namespace mc::bench {
 // The name this prompt goes by in reports.
 inline constexpr const char* kKernelBenchPromptName = "KernelBench one_shot/cuda (prompts.toml @ 423217d)";
 
-// precision: fp32 | fp16 | bf16. Throws mc::Error for another.
-std::string kernelbench_prompt(const std::string& ref_arch_src, const std::string& precision = "fp32");
+// The one-shot example: the input architecture and its solution.
+struct KernelBenchExample {
+  std::string arch, new_arch;
+};
+
+// backend: cuda (KernelBench's own example) | musa (the same example through `musacoder port`'s
+// built-in rules: `.musa()`, musaStream_t, torch_musa's load_inline). Throws mc::Error for another.
+KernelBenchExample kernelbench_example(const std::string& backend = "cuda");
+
+// precision: fp32 | fp16 | bf16; backend as above. For musa, the template's "CUDA operators"
+// reads "MUSA operators" and the example is the ported one (KernelBench has no MUSA prompt; this
+// is ours). Throws mc::Error for another precision or backend.
+std::string kernelbench_prompt(const std::string& ref_arch_src, const std::string& precision = "fp32",
+                               const std::string& backend = "cuda");
 
 }  // namespace mc::bench

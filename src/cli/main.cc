@@ -26,6 +26,7 @@
 #include "eval/summary.h"
 #include "cli/plot_command.h"
 #include "cli/run_options.h"
+#include "cli/port_bench_command.h"
 #include "cli/port_command.h"
 #include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
@@ -256,6 +257,7 @@ int main(int argc, char** argv) {
   TokenizeCommand tokenize_cmd(app);
   SelftestCommand selftest_cmd(app);
   PortCommand port_cmd(app);
+  PortBenchCommand port_bench_cmd(app);
   PlotCommand plot_cmd(app);
 
   try {
@@ -271,6 +273,7 @@ int main(int argc, char** argv) {
     if (auto rc = tokenize_cmd.run()) return *rc;
     if (auto rc = selftest_cmd.run()) return *rc;
     if (auto rc = port_cmd.run()) return *rc;
+    if (auto rc = port_bench_cmd.run()) return *rc;
     if (auto rc = plot_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {

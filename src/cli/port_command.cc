@@ -71,11 +71,9 @@ std::optional<int> PortCommand::run() {
     if (dst.empty()) fmt::print("{}", r.text);
     else write_file_atomic(dst, r.text);
     nlohmann::json fam = r.by_family();
-    nlohmann::json warns = nlohmann::json::array();
-    for (const auto& w : r.warnings) {
-      warns.push_back({{"line", w.line}, {"id", w.id}, {"message", w.message}, {"snippet", w.snippet}});
+    for (const auto& w : r.warnings)
       fmt::print(stderr, "{}:{}: warning [{}]: {}\n    {}\n", src.string(), w.line, w.id, w.message, w.snippet);
-    }
+    nlohmann::json warns = port::to_json(r.warnings);
     warned += static_cast<int>(r.warnings.size());
     summary.push_back({{"file", src.string()}, {"out", dst.string()}, {"changes", r.changes.size()},
                        {"by_family", fam}, {"warnings", warns}});

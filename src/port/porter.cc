@@ -165,6 +165,19 @@ PortResult Porter::port(const std::string& text) const {
   return res;
 }
 
+nlohmann::json to_json(const std::vector<Change>& changes) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& c : changes) out.push_back({{"line", c.line}, {"from", c.from}, {"to", c.to}, {"family", c.family}});
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<Warning>& warnings) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& w : warnings)
+    out.push_back({{"line", w.line}, {"id", w.id}, {"message", w.message}, {"snippet", w.snippet}});
+  return out;
+}
+
 std::string ported_name(const std::string& name, Direction dir) {
   static const std::vector<std::pair<std::string, std::string>> ext = {{".cuh", ".muh"}, {".cu", ".mu"}};
   for (const auto& [c, m] : ext) {

@@ -4,6 +4,8 @@
 // KernelBench-format Python, whose CUDA sources live in string literals.
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <map>
 #include <string>
 #include <unordered_map>
@@ -54,6 +56,10 @@ class Porter {
   const std::vector<WarnRule>* warnings_ = nullptr;
   std::vector<std::string> lossy_;
 };
+
+// [{line, from, to, family}] and [{line, id, message, snippet}], as summaries and manifests write them.
+nlohmann::json to_json(const std::vector<Change>& changes);
+nlohmann::json to_json(const std::vector<Warning>& warnings);
 
 // The file name a ported file gets (.cu <-> .mu, .cuh <-> .muh, as torch_musa's porting does).
 std::string ported_name(const std::string& name, Direction dir);

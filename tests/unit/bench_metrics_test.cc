@@ -99,6 +99,15 @@ TEST(BenchMetrics, KernelBenchPromptHasItsParts) {
   EXPECT_NE(p.find("Note: The kernels should be optimized for FP16 (16-bit floating point) precision."), std::string::npos);
   EXPECT_TRUE(p.ends_with("and NO testing code!\n"));
   EXPECT_THROW(kernelbench_prompt("x", "fp8"), Error);
+  // The MUSA prompt: the same template, MUSA operators, the example through the port's rules.
+  std::string m = kernelbench_prompt("class Model:\n    pass\n", "fp32", "musa");
+  EXPECT_EQ(m.rfind("You write custom MUSA operators to replace the pytorch operators", 0), 0u);
+  EXPECT_EQ(m.find("CUDA operators"), std::string::npos);
+  EXPECT_NE(m.find("a = torch.randn(1, 128).musa()"), std::string::npos);
+  EXPECT_NE(m.find("#include <musa_runtime.h>"), std::string::npos);
+  EXPECT_EQ(m.find("cuda_runtime"), std::string::npos);
+  EXPECT_EQ(kernelbench_example("cuda").new_arch.find("musa"), std::string::npos);
+  EXPECT_THROW(kernelbench_prompt("x", "fp32", "rocm"), Error);
 }
 
 }  // namespace

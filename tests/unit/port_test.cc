@@ -257,3 +257,79 @@ TEST(Port, BackendMusaWithoutItsToolchainIsRefused) {
     EXPECT_FALSE(mc::fs::exists(out)) << "rows were written: something was judged";
   }
 }
+
+// `musacoder port-bench`: a KernelBench repository (problems under KernelBench/levelN, baseline
+// timings under results/timing) becomes its MUSA twin. A problem that names no device comes out
+// byte for byte; one that does is ported; the prompt's one-shot example is ported and the prompt
+// says MUSA; CUDA GPUs' timings are listed, not carried; the manifest holds every change.
+TEST(Port, PortBenchCarriesAKernelBenchRepository) {
+  mc::TempDir dir;
+  auto repo = dir.path() / "KernelBench-repo";
+  auto l1 = repo / "KernelBench" / "level1", l2 = repo / "KernelBench" / "level2";
+  mc::fs::create_directories(l1);
+  mc::fs::create_directories(l2);
+  mc::fs::create_directories(repo / "results" / "timing" / "H100");
+  mc::fs::copy(mc::test::cases_dir() + "/problems/1_Add.py", l1 / "1_Add.py");
+  const std::string named =
+      "import torch\nimport torch.nn as nn\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+      "        return torch.relu(x)\n\ndef get_inputs():\n    return [torch.rand(8).cuda()]\n\n"
+      "def get_init_inputs():\n    return []\n";
+  mc::write_file_atomic(l2 / "7_Named.py", named);
+  mc::write_file_atomic(repo / "results" / "timing" / "H100" / "baseline_time_torch.json", "{}\n");
+  auto out = dir.path() / "KernelBench-MUSA";
+  mc::SubprocessOptions o;
+  o.argv = {MUSACODER_BINARY, "port-bench", repo.string(), "-o", out.string()};
+  auto r = mc::run_command(o, 60000);
+  ASSERT_TRUE(r.status.ok()) << r.out << r.err;
+  EXPECT_NE(r.out.find("port-bench: 2 files"), std::string::npos) << r.out;
+  EXPECT_EQ(mc::read_file(out / "level1" / "1_Add.py"), mc::read_file(l1 / "1_Add.py"));
+  const std::string ported = mc::read_file(out / "level2" / "7_Named.py");
+  EXPECT_NE(ported.find("torch.rand(8).musa()"), std::string::npos) << ported;
+  const std::string example = mc::read_file(out / "prompt" / "model_new_ex_add.py");
+  EXPECT_NE(example.find("musa_runtime.h"), std::string::npos) << example;
+  EXPECT_NE(example.find("torch_musa"), std::string::npos) << example;
+  EXPECT_EQ(example.find("cuda_runtime.h"), std::string::npos) << example;
+  const std::string prompt = mc::read_file(out / "prompt" / "example_prompt.txt");
+  EXPECT_NE(prompt.find("custom MUSA operators"), std::string::npos);
+  EXPECT_EQ(prompt.find("CUDA operators"), std::string::npos);
+  EXPECT_NE(prompt.find(".musa()"), std::string::npos);  // the example's inputs
+
+  auto m = nlohmann::json::parse(mc::read_file(out / "manifest.json"));
+  EXPECT_EQ(m["totals"]["files"].get<int>(), 2);
+  EXPECT_EQ(m["totals"]["changed"].get<int>(), 1);
+  EXPECT_EQ(m["levels"]["level1"]["changed"].get<int>(), 0);
+  bool seen = false;
+  for (const auto& f : m["files"]) {
+    if (f["file"] != "level2/7_Named.py") continue;
+    seen = true;
+    EXPECT_TRUE(f["changed"].get<bool>());
+    ASSERT_FALSE(f["changes"].empty());
+    EXPECT_EQ(f["changes"][0]["line"].get<int>(), 9) << f.dump();
+    EXPECT_NE(f["sha256_in"], f["sha256_out"]);
+  }
+  EXPECT_TRUE(seen);
+  ASSERT_EQ(m["added"].size(), 3u);
+  EXPECT_FALSE(m["added"][1]["changes"].empty()) << m["added"].dump();
+  ASSERT_EQ(m["not_carried"].size(), 1u);
+  EXPECT_EQ(m["not_carried"][0]["files"][0], "H100/baseline_time_torch.json");
+  // Again into the same folder: allowed (it holds an earlier port's manifest), same result.
+  r = mc::run_command(o, 60000);
+  EXPECT_TRUE(r.status.ok()) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(mc::read_file(out / "manifest.json"))["files"], m["files"]);
+
+  // Bad input: named, exit 2, and nothing written where it should not be.
+  auto refused = [&](std::vector<std::string> argv, const std::string& says) {
+    mc::SubprocessOptions b;
+    b.argv = {MUSACODER_BINARY, "port-bench"};
+    b.argv.insert(b.argv.end(), argv.begin(), argv.end());
+    auto rr = mc::run_command(b, 60000);
+    EXPECT_EQ(rr.status.exit_code, 2) << rr.out << rr.err;
+    EXPECT_NE(rr.err.find(says), std::string::npos) << rr.err;
+  };
+  refused({(dir.path() / "nope").string(), "-o", (dir.path() / "o1").string()}, "is not a folder");
+  refused({out.string() + "/prompt", "-o", (dir.path() / "o2").string()}, "no level folders");
+  refused({repo.string(), "-o", (repo / "KernelBench" / "musa").string()}, "lies inside the benchmark");
+  mc::write_file_atomic(dir.path() / "busy" / "mine.txt", "keep\n");
+  refused({repo.string(), "-o", (dir.path() / "busy").string()}, "no manifest.json of an earlier port");
+  EXPECT_FALSE(mc::fs::exists(dir.path() / "o1"));
+}
