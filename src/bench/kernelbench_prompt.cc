@@ -153,7 +153,8 @@ KernelBenchExample kernelbench_example(const std::string& backend) {
   if (backend == "cuda") return {kExampleArch, kExampleNewArch};
   MC_CHECK(backend == "musa", "kernelbench prompt: unknown backend '", backend, "' (cuda or musa)");
   static const KernelBenchExample musa = [] {
-    port::Porter porter(port::load_rules(), port::Direction::kToMusa);
+    const port::RuleTable table = port::load_rules();  // the Porter reads it: it must outlive it
+    port::Porter porter(table, port::Direction::kToMusa);
     return KernelBenchExample{porter.port(kExampleArch).text, porter.port(kExampleNewArch).text};
   }();
   return musa;

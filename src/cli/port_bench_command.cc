@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cctype>
+#include <limits>
+
 #include "bench/kernelbench_prompt.h"
 #include "common/check.h"
 #include "common/fs.h"
@@ -45,7 +49,15 @@ std::optional<int> PortBenchCommand::run() {
   std::vector<fs::path> first;
   for (const auto& e : fs::directory_iterator(levels.front()))
     if (e.is_regular_file() && e.path().extension() == ".py") first.push_back(e.path());
-  std::sort(first.begin(), first.end());
+  auto number = [](const fs::path& p) {  // KernelBench's files are numbered: 1_..., 2_..., 100_...
+    const std::string n = p.filename().string();
+    size_t digits = 0;
+    while (digits < n.size() && std::isdigit(static_cast<unsigned char>(n[digits]))) ++digits;
+    return digits ? std::stol(n.substr(0, digits)) : std::numeric_limits<long>::max();
+  };
+  std::sort(first.begin(), first.end(), [&](const fs::path& a, const fs::path& b) {
+    return std::make_pair(number(a), a.filename().string()) < std::make_pair(number(b), b.filename().string());
+  });
   if (!first.empty()) {
     port::PortResult p = porter.port(read_file(first.front()));
     extras.push_back({"prompt/example_prompt.txt", bench::kernelbench_prompt(p.text, "fp32", "musa"),

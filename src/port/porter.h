@@ -34,7 +34,8 @@ struct PortResult {
 
 class Porter {
  public:
-  Porter(const RuleTable& table, Direction dir);
+  Porter(const RuleTable& table, Direction dir);  // reads the table's warnings: it must outlive the Porter
+  Porter(RuleTable&&, Direction) = delete;
   PortResult port(const std::string& text) const;
   // Names of the target that several source names map to (cublas.h and cublas_v2.h both become
   // mublas.h): the way back cannot restore which one it was.
