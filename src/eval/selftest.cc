@@ -245,7 +245,7 @@ std::string selftest_table(const nlohmann::json& report) {
   auto line = [&](const nlohmann::json& l) {
     std::string lv = l["level"].is_string() ? l["level"].get<std::string>()
                                             : std::to_string(l["level"].get<int>());
-    s += fmt::format("{:<6}{:>9}{:>18}{:>8}{:>15}{:>9.1f}{:>10.1f}{:>11.0f}%\n", lv, l["problems"].get<int>(),
+    s += fmt::format("{:<6}{:>9}{:>18}{:>8}{:>15}{:>9.1f}{:>10.1f}{:>11.2g}%\n", lv, l["problems"].get<int>(),
                      fmt::format("{}/{}", l["honest_accepted"].get<int>(), l["honest_judged"].get<int>()),
                      l["infra_errors"].get<int>(),
                      fmt::format("{}/{}", l["negatives_rejected"].get<int>(), l["negatives"].get<int>()),
