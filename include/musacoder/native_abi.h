@@ -10,6 +10,10 @@
  * outputs: preallocated by the verifier with the reference output's shapes and dtypes,
  *          contiguous, filled with NaN; forward must write every element.
  * stream:  launch every kernel on this stream. Return 0 on success, non-zero on error.
+ *
+ * MUSA twin: the same entry point with musaStream_t (musa_runtime.h), in a .mu file built by
+ * mcc; `musacoder port --to musa` turns one into the other. This header names no stream type,
+ * so both include it unchanged.
  */
 #ifndef MUSACODER_NATIVE_ABI_H_
 #define MUSACODER_NATIVE_ABI_H_

@@ -47,6 +47,10 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--max-per-structure", m.o.max_per_structure, "problems sharing one op structure")->capture_default_str();
   s->add_option("--timing-budget", m.run.cfg.timing_budget_s, "seconds of timing per callable when verifying")
       ->capture_default_str();
+  s->add_option("--backend", m.o.backend,
+                "cuda, or musa: solutions verified as CUDA, then ported to MUSA (docs/musa.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"cuda", "musa"}));
   s->add_option("--order", m.o.order, "dataset order: curriculum (by difficulty) or generation")->capture_default_str();
   s->add_option("--gpus", m.run.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
   s->add_option("--device", m.run.device, "cuda, or cpu to run judges on the CPU (tests)")

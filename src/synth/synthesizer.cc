@@ -7,6 +7,7 @@
 #include <fstream>
 #include <atomic>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -19,6 +20,7 @@
 #include "eval/problem.h"
 #include "eval/toolchain.h"
 #include "eval/verdict.h"
+#include "port/porter.h"
 #include "synth/llm_teacher.h"
 #include "synth/prompt.h"
 #include "synth/python_emitter.h"
@@ -118,6 +120,18 @@ SynthReport run_synthesis(const SynthOptions& o) {
            "--verify gpu runs CUDA kernels and needs --device cuda; on the CPU use --verify compile or none");
   bool llm = o.teacher != "builtin" && o.teacher != "none";
   MC_CHECK(!llm || !o.teacher_model.empty(), "an LLM teacher (--teacher URL) needs --teacher-model");
+  MC_CHECK(o.backend == "cuda" || o.backend == "musa", "--backend must be cuda or musa, got '", o.backend, "'");
+  MC_CHECK(!(llm && o.backend == "musa"),
+           "--backend musa takes the builtin teacher: an LLM teacher's turns are verified and repaired as CUDA, "
+           "and its repair turns quote CUDA compilers' feedback");
+  // musa: the rules of `musacoder port`, read once (the Porter keeps a pointer into the table).
+  const bool musa = o.backend == "musa";
+  std::optional<port::RuleTable> port_rules;
+  std::optional<port::Porter> porter;
+  if (musa) {
+    port_rules.emplace(port::load_rules());
+    porter.emplace(*port_rules, port::Direction::kToMusa);
+  }
   if (!o.decontaminate_dir.empty())
     MC_CHECK(fs::is_directory(o.decontaminate_dir), "--decontaminate: no folder ", o.decontaminate_dir);
   auto t0 = Clock::now();
@@ -291,10 +305,23 @@ SynthReport run_synthesis(const SynthOptions& o) {
                                 {"feedback", r.feedback.substr(0, 800)}, {"infra_error", r.infra_error},
                                 {"speedup", r.speedup ? nlohmann::json(*r.speedup) : nlohmann::json()}});
         if (!ok) continue;
-        nlohmann::json row = {{"solution", cands[i].answer}, {"format", f}, {"turns", 1},
-                              {"messages", nlohmann::json::array({{{"role", "user"}, {"content", task_prompt(it->g, it->source, f)}},
-                                                                   {{"role", "assistant"}, {"content", as_answer(cands[i].answer, f)}}})},
+        std::string solution = cands[i].answer;
+        nlohmann::json ported;
+        if (musa) {  // verified as CUDA above; the row carries the MUSA port of that source
+          port::PortResult pr = porter->port(solution);
+          ported = {{"from", "cuda"}, {"verified_as", "cuda"}, {"sha256_cuda", sha256_hex(solution)},
+                    {"changes", pr.changes.size()}, {"by_family", pr.by_family()}, {"warnings", port::to_json(pr.warnings)}};
+          solution = pr.text;
+          fs::path sol = work / "solutions" / ("level" + std::to_string(it->level)) / "musa";
+          fs::create_directories(sol);
+          std::string stem = std::to_string(it->id) + "_" + it->title;
+          write_file_atomic(sol / (stem + (f == "native" ? ".mu" : ".py")), solution);
+        }
+        nlohmann::json row = {{"solution", solution}, {"format", f}, {"turns", 1},
+                              {"messages", nlohmann::json::array({{{"role", "user"}, {"content", task_prompt(it->g, it->source, f, o.backend)}},
+                                                                   {{"role", "assistant"}, {"content", as_answer(solution, f, o.backend)}}})},
                               {"result", eval::to_json(r)}};
+        if (musa) row["port"] = ported;
         it->rows.push_back(row);
       }
     }
@@ -364,8 +391,9 @@ SynthReport run_synthesis(const SynthOptions& o) {
                          {"teacher_attempts", it->attempts}};
     if (it->probe.contains("eager")) pj["eager_us"] = it->probe["eager"].value("median_us", 0.0);
     // The task as a policy sees it, per solution format (what `musacoder rft` samples from).
-    pj["prompts"] = {{"native", task_prompt(it->g, it->source, "native")},
-                     {"kernelbench", task_prompt(it->g, it->source, "kernelbench")}};
+    pj["prompts"] = {{"native", task_prompt(it->g, it->source, "native", o.backend)},
+                     {"kernelbench", task_prompt(it->g, it->source, "kernelbench", o.backend)}};
+    pj["backend"] = o.backend;
     problems_jsonl += pj.dump() + "\n";
     for (auto& row : it->rows) {
       const auto& r = row["result"];
@@ -374,9 +402,10 @@ SynthReport run_synthesis(const SynthOptions& o) {
                           {"solution", row["solution"]}, {"verdict", r.value("verdict", "")},
                           {"speedup", r.contains("speedup") ? r["speedup"] : nlohmann::json()},
                           {"reward", r.contains("reward") ? r["reward"] : nlohmann::json()},
-                          {"messages", row["messages"]},
+                          {"messages", row["messages"]}, {"backend", o.backend},
                           {"provenance", {{"teacher", o.teacher == "builtin" ? "builtin" : o.teacher_model}, {"seed", o.seed},
                                           {"index", it->index}, {"turns", row["turns"]}}}};
+      if (row.contains("port")) d["port"] = row["port"];
       dataset_jsonl += d.dump() + "\n";
     }
   }
@@ -425,6 +454,23 @@ SynthReport run_synthesis(const SynthOptions& o) {
   }
   for (auto& [level, v] : speedups)
     if (!v.empty()) t += fmt::format("speedup vs eager, L{} (verified): {}\n", level, quantiles(v));
+  nlohmann::json port_summary;
+  if (musa) {  // what the port did to the dataset's solutions (verified as CUDA before it)
+    int rows = 0, changes = 0, warned_rows = 0;
+    std::map<std::string, int> warning_ids;
+    for (auto* it : keep)
+      for (auto& row : it->rows) {
+        ++rows;
+        changes += row["port"]["changes"].get<int>();
+        warned_rows += !row["port"]["warnings"].empty();
+        for (auto& w : row["port"]["warnings"]) ++warning_ids[w["id"].get<std::string>()];
+      }
+    port_summary = {{"rows", rows}, {"changes", changes}, {"rows_with_warnings", warned_rows}, {"warnings", warning_ids},
+                    {"rules", port_rules->files}};
+    t += fmt::format("\nported to MUSA: {} rows, {} changes, {} rows with warnings (verified as CUDA before the port)\n",
+                     rows, changes, warned_rows);
+    for (auto& [id, n] : warning_ids) t += fmt::format("  warning {:<16} {:>5}\n", id, n);
+  }
   t += "\nseconds per stage:";
   for (auto& [k, v] : stage_s.items()) t += fmt::format(" {} {:.0f}", k, v.get<double>());
   t += fmt::format("\nwrote {}/problems/, problems.jsonl, dataset.jsonl, rejected.jsonl, report.json\n", o.out_dir);
@@ -439,6 +485,8 @@ SynthReport run_synthesis(const SynthOptions& o) {
   report["kept_per_minute"] = keep.size() / std::max(minutes, 1e-9);
   report["dropped_by_stage"] = dropped_by;
   report["stage_seconds"] = stage_s;
+  report["backend"] = o.backend;
+  if (musa) report["port"] = port_summary;
   write_file_atomic(out / "report.json", report.dump(2));
   return {report, t};
 }

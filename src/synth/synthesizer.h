@@ -45,6 +45,10 @@ struct SynthOptions {
   int max_per_structure = 3;        // problems sharing one op structure (different shapes)
   double oversample = 1.6;          // candidates generated per problem to keep
   std::string order = "curriculum"; // dataset order: curriculum (by difficulty) | generation
+  // The target of the data. musa: every solution is verified as CUDA (MooreEval has no MUSA
+  // judge here), then ported with `musacoder port`'s rules; prompts ask for MUSA, and each row
+  // records the port's changes and warnings (builtin teacher only).
+  std::string backend = "cuda";
   eval::EvalConfig eval_config;
   eval::EvaluatorOptions evaluator;
   bool progress = true;

@@ -200,3 +200,43 @@ def test_llm_teacher_through_the_cli(tmp_path):
         assert row["provenance"]["teacher"] == "tiny-test" and row["provenance"]["turns"] == 1
         assert row["verdict"] == "compiled" and row["format"] == "native"
         assert row["messages"][0]["role"] == "user" and row["messages"][1]["content"] == NATIVE_ANSWER
+
+
+def test_musa_backend_ports_the_verified_cuda_solutions(tmp_path):
+    """--backend musa: the builtin teacher's solutions are verified as CUDA (nvcc here), then
+    ported; prompts ask for MUSA; each row names the CUDA source it was verified as, and porting
+    the row back gives that source byte for byte."""
+    import hashlib
+    w = tmp_path / "w.toml"
+    w.write_text("min_elems = 2048\nmax_elems = 8192\n[families]\n" +
+                 "\n".join(f"{f} = 0.0" for f in ("conv", "pool", "matmul", "loss", "index", "attention",
+                                                  "reduction", "scan", "norm", "softmax")) + "\n")
+    out = tmp_path / "o"
+    cmd = [BINARY, "synth", "--out", str(out), "--levels", "1", "--count", "2", "--no-probe", "--device", "cpu",
+           "--verify", "compile", "--formats", "native", "--weights", str(w), "--backend", "musa",
+           "--no-progress", "--cache-dir", str(tmp_path / "cache")]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "ported to MUSA: 2 rows" in r.stdout, r.stdout
+    rows = [json.loads(x) for x in (out / "dataset.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        assert row["backend"] == "musa" and row["verdict"] == "compiled"
+        sol = row["solution"]
+        assert "musaStream_t" in sol and "cuda" not in sol.lower(), sol
+        assert "You write MUSA kernels" in row["messages"][0]["content"]
+        assert "musaStream_t stream" in row["messages"][0]["content"]
+        assert row["messages"][1]["content"].startswith("```musa\n")
+        assert row["port"]["verified_as"] == "cuda" and row["port"]["changes"] > 0
+        src = tmp_path / "s.mu"
+        src.write_text(sol)
+        back = subprocess.run([BINARY, "port", "--to", "cuda", str(src)], capture_output=True, text=True, check=True)
+        assert hashlib.sha256(back.stdout.encode()).hexdigest() == row["port"]["sha256_cuda"]
+    problems = [json.loads(x) for x in (out / "problems.jsonl").read_text().splitlines()]
+    assert all(p["backend"] == "musa" and "MUSA" in p["prompts"]["kernelbench"] for p in problems)
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["backend"] == "musa" and rep["port"]["rows"] == 2
+    # An LLM teacher's repair turns quote CUDA feedback: refused with the reason.
+    r = synth(tmp_path / "x", "--backend", "musa", "--teacher", "http://127.0.0.1:9", "--teacher-model", "m",
+              check=False)
+    assert r.returncode == 2 and "--backend musa takes the builtin teacher" in r.stderr, r.stderr
