@@ -6,6 +6,9 @@
           loss): the loss curve on synthesized problems;
   rft     `musacoder rft` from the SFT checkpoint over every problem (seen and held-out): K
           samples each, verified by MooreEval on this GPU, diverse selection, the report;
+          with --rft-args "--repair-rows 2 --repair-from {work}/synth/dataset.jsonl --train
+          --train-args ..." also repair conversations (failed answer, feedback, fix) and SFT on
+          them, so that repair turns have been seen before rl (--rl-from rft starts rl there);
   rl      `musacoder train rl` from the SFT checkpoint over the same problems (issue 15's GPU
           run): multi-turn GRPO with MooreEval in process on this GPU, resumed slice after
           slice from its checkpoints (--rl-out names the run, --rl-args adds options).
@@ -26,6 +29,7 @@ import json
 import os
 import random
 import signal
+import shlex
 import subprocess
 import sys
 import time
@@ -115,8 +119,9 @@ def budget(a, want, reserve=0):
     return max(30, min(want, left) if want else left)
 
 
-def last_checkpoint(a):
-    ck = os.path.join(a.work, "sft", "checkpoints")
+def last_checkpoint(a, stage="sft"):
+    """The newest checkpoint of WORK/sft (stage sft) or of rft --train's WORK/rft/sft (stage rft)."""
+    ck = os.path.join(a.work, *(("rft", "sft") if stage == "rft" else ("sft",)), "checkpoints")
     steps = sorted(d for d in os.listdir(ck) if d.startswith("step-"))
     return os.path.join(ck, steps[-1])
 
@@ -131,6 +136,8 @@ def stage_rft(a):
         print("rft: policy", model, flush=True)
         cmd += ["--model", model, "--samples", str(a.samples), "--temperature", str(a.temperature), "--max-new-tokens",
                 str(a.max_new_tokens), "--seed", str(a.seed)]
+    # e.g. --rft-args "--repair-rows 2 --repair-from {work}/synth/dataset.jsonl --train --train-args ..."
+    cmd += shlex.split(a.rft_args.replace("{work}", a.work))
     rc = run(cmd, os.path.join(a.work, "rft.log"), timeout=budget(a, None))
     if rc not in (0, "timeout"):
         sys.exit(f"rft failed ({rc})")
@@ -139,7 +146,7 @@ def stage_rft(a):
 def stage_rl(a):
     out = os.path.join(a.work, a.rl_out)
     model_bin = os.path.join(os.path.dirname(os.path.abspath(a.musacoder)), "musacoder-model")
-    cmd = [model_bin, "train", "rl", "--model", last_checkpoint(a), "--problems",
+    cmd = [model_bin, "train", "rl", "--model", last_checkpoint(a, a.rl_from), "--problems",
            os.path.join(a.work, "synth", "problems.jsonl"), "--out", out, "--format", "native", "--timing-budget", "0.1",
            "--max-new-tokens", str(a.max_new_tokens), "--max-seq-len", "8192", "--micro-batch-tokens", "32768",
            "--save-every", "1", "--keep", "2", "--samples-every", "5", "--seed", str(a.seed), "--no-progress"]
@@ -181,6 +188,9 @@ def main():
     ap.add_argument("--rft-reserve", type=int, default=200, help="seconds the sft stage leaves for rft")
     ap.add_argument("--rl-out", default="rl", help="the rl run's folder under --work")
     ap.add_argument("--rl-args", default="", help="more `train rl` options, one string")
+    ap.add_argument("--rft-args", default="", help="more `musacoder rft` options, one string ({work}: --work)")
+    ap.add_argument("--rl-from", default="sft", choices=["sft", "rft"],
+                    help="the policy rl starts from: the sft stage's, or rft --train's (repair rows included)")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     for s in a.stages.split(","):

@@ -45,6 +45,12 @@ RftCommand::RftCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--near-duplicate", m.o.selection.near_duplicate_jaccard,
                 "token-shingle Jaccard at or above which two answers count as one")->capture_default_str();
   s->add_option("--shingle", m.o.selection.shingle_tokens, "tokens per shingle")->capture_default_str();
+  s->add_option("--repair-rows", m.o.repair_per_problem,
+                "repair conversations per problem (failed answer, MooreEval's feedback, a passing answer) -> repair.jsonl")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  s->add_option("--repair-from", m.o.repair_from,
+                "dataset.jsonl of verified answers (synth's or rft's) for problems where no sample passed");
   s->add_flag("--train", m.o.train, "then run `train sft` on the selected answers (into OUT/sft)");
   s->add_option("--train-args", m.train_args, "extra `train sft` options, e.g. \"--epochs 2 --lr 1e-5\"");
   add_judge_options(s, m.run);

@@ -19,6 +19,7 @@
 #include "eval/extract.h"
 #include "eval/problem.h"
 #include "eval/result.h"
+#include "rft/repair.h"
 #include "serve/client.h"
 #include "synth/prompt.h"
 #include "synth/task_set.h"
@@ -263,6 +264,45 @@ RftResult run_rft(const RftOptions& o) {
   write_file_atomic(out / "dataset.jsonl", dataset);
   write_file_atomic(out / "dropped.jsonl", dropped);
   json rep = res.report.json;
+
+  // Repair conversations: failed answers with MooreEval's feedback, paired with passing ones.
+  if (o.repair_per_problem > 0) {
+    std::vector<FailedAnswer> failed;
+    std::vector<PassingAnswer> passing;
+    for (size_t i = 0; i < cands.size(); ++i) {
+      const auto& a = answers[i];
+      const auto& r = results[i];
+      if (!cands[i].problem) continue;
+      if (decisions[i].kept) passing.push_back({a.problem, cands[i].answer, "rft:" + a.sample_id});
+      else if (r.verdict != eval::Verdict::kOk && !r.is_infra() && !r.feedback.empty())
+        failed.push_back({a.problem, a.sample_id, by_key.at(a.problem)->prompt, cands[i].answer, a.verdict, r.feedback});
+    }
+    size_t from_run = passing.size();
+    if (!o.repair_from.empty())
+      for (auto& p : load_passing_answers(o.repair_from))
+        if (by_key.count(p.problem)) passing.push_back(std::move(p));
+    auto rows = repair_rows(failed, passing, o.repair_per_problem);
+    std::string text;
+    std::map<std::string, int> by_verdict;
+    std::set<std::string> problems_repaired;
+    int from_dataset = 0;
+    for (const auto& row : rows) {
+      text += row.dump() + "\n";
+      ++by_verdict[row["failed_verdict"].get<std::string>()];
+      problems_repaired.insert(row["problem"].get<std::string>());
+      from_dataset += row["answer_from"].get<std::string>().rfind("rft:", 0) != 0;
+    }
+    write_file_atomic(out / "repair.jsonl", text);
+    res.repair_rows = rows.size();
+    rep["repair"] = {{"rows", rows.size()}, {"problems", problems_repaired.size()}, {"failed_answers", failed.size()},
+                     {"by_failed_verdict", by_verdict}, {"answers_from_this_run", rows.size() - from_dataset},
+                     {"answers_from_dataset", from_dataset}, {"passing_answers", {{"this_run", from_run},
+                     {"dataset", passing.size() - from_run}}}, {"per_problem", o.repair_per_problem}};
+    res.report.table += fmt::format("repair conversations: {} over {} problems (failed answer, feedback, a passing "
+                                    "answer: {} from this run, {} from {}) -> repair.jsonl\n",
+                                    rows.size(), problems_repaired.size(), rows.size() - from_dataset, from_dataset,
+                                    o.repair_from.empty() ? "no dataset" : o.repair_from);
+  }
   rep["format_version"] = 1;
   rep["problems_source"] = o.problems;
   rep["model"] = o.model_dir;
@@ -272,11 +312,12 @@ RftResult run_rft(const RftOptions& o) {
 
   // Step 5: SFT on what was kept.
   if (o.train) {
-    MC_CHECK(res.dataset_rows > 0, "rft --train: no answer was kept (", out.string(), "/dropped.jsonl says why); nothing to train on");
+    MC_CHECK(res.dataset_rows + res.repair_rows > 0, "rft --train: no answer was kept (", out.string(), "/dropped.jsonl says why); nothing to train on");
     MC_CHECK(!o.model_dir.empty(), "rft --train needs --model (the model to fine-tune)");
     SubprocessOptions so;
-    so.argv = {o.model_exe, "train", "sft", "--model", o.model_dir, "--data", (out / "dataset.jsonl").string(), "--out",
-               (out / "sft").string()};
+    std::string data = res.dataset_rows ? (out / "dataset.jsonl").string() : "";
+    if (res.repair_rows) data += (data.empty() ? "" : ",") + (out / "repair.jsonl").string();
+    so.argv = {o.model_exe, "train", "sft", "--model", o.model_dir, "--data", data, "--out", (out / "sft").string()};
     for (const auto& a : o.train_args) so.argv.push_back(a);
     if (!o.progress) so.argv.push_back("--no-progress");
     so.capture_stdout = so.capture_stderr = false;

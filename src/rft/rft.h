@@ -11,7 +11,9 @@
 //                 judged again, never reused);
 //   4. select     selection.h                  -> dataset.jsonl (SFT rows), dropped.jsonl
 //                 (every answer not kept, with its reason), report.json / report.txt;
-//   5. train      optionally, `musacoder-model train sft` on dataset.jsonl   -> sft/
+//                 repair.h (--repair-rows)     -> repair.jsonl (failed answer, feedback, fix);
+//   5. train      optionally, `musacoder-model train sft` on dataset.jsonl (and
+//                 repair.jsonl)                                            -> sft/
 #pragma once
 
 #include <cstdint>
@@ -44,6 +46,11 @@ struct RftOptions {
   eval::EvalConfig eval_config;
   eval::EvaluatorOptions evaluator;
   SelectionOptions selection;
+  // Repair conversations (repair.h) -> repair.jsonl: up to this many per problem (0: none),
+  // paired with this run's kept answers, then with --repair-from's verified answers (a synth or
+  // rft dataset.jsonl) for problems where no sample passed.
+  int repair_per_problem = 0;
+  std::string repair_from;
   // Training on the selected answers.
   bool train = false;
   std::vector<std::string> train_args;  // extra `train sft` options (--epochs 2 --lr 1e-5 ...)
@@ -54,6 +61,7 @@ struct RftOptions {
 struct RftResult {
   RftReport report;
   size_t dataset_rows = 0;
+  size_t repair_rows = 0;
   int train_exit = -1;  // -1: not trained
 };
 

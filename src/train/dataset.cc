@@ -30,21 +30,32 @@ std::string string_field(const json& obj, const char* key, const std::string& wh
 // ChatML as chat_template.cc renders it. Everything but an assistant turn's content and its
 // <|im_end|> is context. The text before each assistant content is tokenized as one piece, as
 // the generation prompt is at inference, and the content on its own, as the model produced it.
+// An assistant turn with "weight": 0 (axolotl's per-message convention) is context too: a
+// repair conversation shows a failed answer, and only the repaired one is learned.
 Example render_chat(const json& messages, const tok::BpeTokenizer& tok) {
   MC_CHECK(messages.is_array() && !messages.empty(), "\"messages\" must be a non-empty array");
   std::vector<tok::ChatTurn> turns;
+  std::vector<uint8_t> weights;
   for (size_t i = 0; i < messages.size(); ++i) {
     const auto& m = messages[i];
     std::string where = str_cat("messages[", i, "] ");
     MC_CHECK(m.is_object(), where, "must be an object with \"role\" and \"content\"");
     turns.push_back({string_field(m, "role", where), string_field(m, "content", where)});
+    uint8_t w = 1;
+    if (auto it = m.find("weight"); it != m.end()) {
+      MC_CHECK(it->is_number() && (*it == 0 || *it == 1), where, "\"weight\" must be 0 or 1, got ", it->dump());
+      MC_CHECK(turns.back().role == "assistant", where, "\"weight\" applies to assistant turns only");
+      w = it->get<int>() != 0;
+    }
+    weights.push_back(w);
   }
   tok::render_chatml(turns, false);  // validates the roles
   Example ex;
   std::string context;
   bool any_assistant = false;
-  for (const auto& t : turns) {
-    if (t.role != "assistant") {
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const auto& t = turns[i];
+    if (t.role != "assistant" || !weights[i]) {
       context += "<|im_start|>" + t.role + "\n" + t.content + "<|im_end|>\n";
       continue;
     }
@@ -54,7 +65,7 @@ Example render_chat(const json& messages, const tok::BpeTokenizer& tok) {
     append(ex, tok, "<|im_end|>", 1);
     context = "\n";
   }
-  MC_CHECK(any_assistant, "\"messages\" has no assistant turn to learn from");
+  MC_CHECK(any_assistant, "\"messages\" has no assistant turn to learn from (none, or all of weight 0)");
   append(ex, tok, context, 0);
   return ex;
 }

@@ -19,7 +19,7 @@ def render(tok, row):
     msgs = row.get("messages") or [{"role": "user", "content": row["prompt"]}, {"role": "assistant", "content": row["completion"]}]
     context = ""
     for t in msgs:
-        if t["role"] != "assistant":
+        if t["role"] != "assistant" or t.get("weight", 1) == 0:  # weight 0: context (a repair's failed answer)
             context += f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n"
             continue
         add(context + "<|im_start|>assistant\n", 0)

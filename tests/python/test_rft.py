@@ -94,6 +94,10 @@ def check_selection(out):
     return kept, dropped
 
 
+def kept_samples(out):
+    return {r["sample"] for r in read_jsonl(out / "dataset.jsonl")}
+
+
 def test_planted_answers_selected_and_trained(setup):
     base, problems, samples, model = setup
     out = base / "run"
@@ -113,6 +117,33 @@ def test_planted_answers_selected_and_trained(setup):
     r = mc(*rft_args(problems, samples, out, base / "cache"))
     assert "7 answers already judged" in r.stderr and "0 to judge" in r.stderr, r.stderr
     assert (out / "dataset.jsonl").read_text() == before
+
+    # Repair conversations from the same verdicts: the wrong Add is paired with a kept Add; the
+    # broken ReLU (no sample passed) with a verified answer from --repair-from. The failed answer
+    # is context (weight 0); the feedback is the user turn `train rl` would show.
+    relu = base / "relu_answers.jsonl"
+    relu.write_text(json.dumps({"problem": "2_ReLU", "messages": [
+        {"role": "user", "content": "task"}, {"role": "assistant", "content": "```python\n# a fixed ReLU\n```"}]}) + "\n" +
+        json.dumps({"level": 1, "problem_id": 5, "name": "Elsewhere", "verdict": "ok", "messages": [
+            {"role": "assistant", "content": "not this run's problem"}]}) + "\n")
+    r = mc(*rft_args(problems, samples, out, base / "cache"), "--repair-rows", "2", "--repair-from", relu)
+    assert "0 to judge" in r.stderr and "repair conversations: 2 over 2 problems" in r.stdout, r.stdout
+    rows = {x["problem"]: x for x in read_jsonl(out / "repair.jsonl")}
+    assert set(rows) == {"1_Add", "2_ReLU"}
+    verified = {x["sample"]: x for x in read_jsonl(out / "verified.jsonl")}
+    for problem, sample, verdict in (("1_Add", "wrong", "incorrect"), ("2_ReLU", "broken", "compile_error")):
+        x = rows[problem]
+        assert x["failed_sample"] == sample and x["failed_verdict"] == verdict and x["source"] == "rft-repair"
+        user, failed, feedback, fixed = x["messages"]
+        assert failed["role"] == "assistant" and failed["weight"] == 0 and "```python" in failed["content"]
+        assert feedback["role"] == "user" and feedback["content"].startswith("The verifier rejected your solution:")
+        assert verified[sample]["result"]["feedback"] in feedback["content"]
+        assert fixed["role"] == "assistant" and "weight" not in fixed
+    assert rows["1_Add"]["answer_from"].startswith("rft:") and rows["1_Add"]["answer_from"][4:] in kept_samples(out)
+    assert rows["2_ReLU"]["answer_from"] == f"{relu}:1" and "a fixed ReLU" in rows["2_ReLU"]["messages"][3]["content"]
+    rep = json.load(open(out / "report.json"))["repair"]
+    assert rep["rows"] == 2 and rep["by_failed_verdict"] == {"compile_error": 1, "incorrect": 1}
+    assert rep["answers_from_dataset"] == 1 and rep["passing_answers"]["dataset"] == 1
 
 
 def test_planted_answers_through_the_service(setup):
@@ -173,6 +204,11 @@ def test_clear_errors(setup, tmp_path):
     mc(*rft_args(problems, bad, tmp_path / "o1", base / "cache"))
     why = [d["why"] for d in read_jsonl(tmp_path / "o1" / "dropped.jsonl")]
     assert any("malformed JSONL line" in w and "bad.jsonl:2" in w for w in why), why
+    bad_from = tmp_path / "from.jsonl"
+    bad_from.write_text('{"messages": [{"role": "assistant", "content": "x"}]}\n')
+    r = mc(*rft_args(problems, samples, tmp_path / "o1", base / "cache"), "--repair-rows", "1", "--repair-from",
+           bad_from, check=False)
+    assert r.returncode != 0 and "from.jsonl:1:" in r.stderr and "needs \"problem\"" in r.stderr, r.stderr
     r = mc(*rft_args(tmp_path / "nowhere", samples, tmp_path / "o2", base / "cache"), check=False)
     assert r.returncode != 0 and "nowhere" in r.stderr
     r = mc("rft", "--problems", problems, "--out", tmp_path / "o3", "--device", "cpu", check=False)

@@ -130,8 +130,12 @@ def train_losses(out):
 def test_rendering_and_loss_mask_match_the_documented_template(setup, tmp_path):
     base, models, _ = setup
     tok = Tokenizer.from_file(os.path.join(models["qwen2"], "tokenizer.json"))
+    repair = {"messages": [{"role": "user", "content": "Write a ReLU kernel"},
+                           {"role": "assistant", "content": "__global__ void relu( // unfinished", "weight": 0},
+                           {"role": "user", "content": "The verifier rejected your solution: compile_error"},
+                           {"role": "assistant", "content": "__global__ void relu(float* x) {}"}]}
     rows = chat_rows(6, seed=3) + [{"prompt": "Write fast kernels", "completion": "__global__ void add"},
-                                   {"text": "def forward(self): return torch.relu"}]
+                                   {"text": "def forward(self): return torch.relu"}, repair]
     inp = write_jsonl(tmp_path / "rows.jsonl", rows)
     mc("tokenize", "--tokenizer", os.path.join(models["qwen2"], "tokenizer.json"), "--input", inp,
        "--output", str(tmp_path / "out.jsonl"), "--training", "--no-progress")
@@ -143,7 +147,7 @@ def test_rendering_and_loss_mask_match_the_documented_template(setup, tmp_path):
             continue
         # The masked tokens are exactly the assistant turns' contents, each with its <|im_end|>.
         msgs = row.get("messages") or [{"role": "assistant", "content": row["completion"]}]
-        want = "".join(t["content"] + "<|im_end|>" for t in msgs if t["role"] == "assistant")
+        want = "".join(t["content"] + "<|im_end|>" for t in msgs if t["role"] == "assistant" and t.get("weight", 1))
         assert tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False) == want
         # and the whole sequence is the ChatML rendering.
         full = "".join(f"<|im_start|>{t['role']}\n{t['content']}<|im_end|>\n" for t in row.get("messages", []))
@@ -271,6 +275,14 @@ def test_clear_errors(setup, tmp_path):
     noasst = write_jsonl(tmp_path / "noasst.jsonl", [{"messages": [{"role": "user", "content": "hi"}]}])
     r = sft(models["qwen2"], noasst, tmp_path / "o2", "--max-steps", "1", check=False)
     assert r.returncode != 0 and "noasst.jsonl:1:" in r.stderr and "no assistant turn" in r.stderr
+    badw = write_jsonl(tmp_path / "badw.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+                                                              {"role": "assistant", "content": "x", "weight": 0.5}]}])
+    r = sft(models["qwen2"], badw, tmp_path / "o6", "--max-steps", "1", check=False)
+    assert r.returncode != 0 and "badw.jsonl:1:" in r.stderr and '"weight" must be 0 or 1' in r.stderr
+    allw0 = write_jsonl(tmp_path / "allw0.jsonl", [{"messages": [{"role": "user", "content": "hi"},
+                                                                {"role": "assistant", "content": "x", "weight": 0}]}])
+    r = sft(models["qwen2"], allw0, tmp_path / "o7", "--max-steps", "1", check=False)
+    assert r.returncode != 0 and "all of weight 0" in r.stderr
     empty = tmp_path / "empty.jsonl"
     empty.write_text("\n")
     r = sft(models["qwen2"], str(empty), tmp_path / "o3", "--max-steps", "1", check=False)
