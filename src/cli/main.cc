@@ -26,7 +26,9 @@
 #include "eval/summary.h"
 #include "cli/plot_command.h"
 #include "cli/run_options.h"
+#include "cli/corpus_command.h"
 #include "cli/port_bench_command.h"
+#include "cli/recipe_command.h"
 #include "cli/port_command.h"
 #include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
@@ -176,7 +178,7 @@ int sandbox_main(int argc, char** argv) {
 
 // The policy-model commands run in musacoder-model (next to this binary), the only executable
 // that loads libtorch.
-const char* const kModelCommands[] = {"generate", "score", "convert", "serve-model", "train"};
+const char* const kModelCommands[] = {"generate", "score", "convert", "init", "serve-model", "train"};
 
 int model_main(int argc, char** argv) {
   std::string exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
@@ -258,6 +260,8 @@ int main(int argc, char** argv) {
   SelftestCommand selftest_cmd(app);
   PortCommand port_cmd(app);
   PortBenchCommand port_bench_cmd(app);
+  CorpusCommand corpus_cmd(app);
+  RecipeCommand recipe_cmd(app);
   PlotCommand plot_cmd(app);
 
   try {
@@ -274,6 +278,8 @@ int main(int argc, char** argv) {
     if (auto rc = selftest_cmd.run()) return *rc;
     if (auto rc = port_cmd.run()) return *rc;
     if (auto rc = port_bench_cmd.run()) return *rc;
+    if (auto rc = corpus_cmd.run()) return *rc;
+    if (auto rc = recipe_cmd.run()) return *rc;
     if (auto rc = plot_cmd.run()) return *rc;
     if (*eval) return cmd_eval(eval_opts);
     if (*check) {

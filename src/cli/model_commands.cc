@@ -73,6 +73,15 @@ struct ModelCommands::Impl {
   std::string conv_in, conv_out, conv_dtype = "bf16";
   double shard_gb = 0;
 
+  // init
+  CLI::App* init = nullptr;
+  std::string init_tok, init_out, init_arch = "qwen3", init_dtype = "bf16";
+  int64_t init_hidden = 512, init_layers = 8, init_heads = 8, init_kv_heads = 2, init_head_dim = 0,
+          init_intermediate = 0, init_max_pos = 8192;
+  double init_rope = 1000000.0, init_std = 0.02;
+  bool init_untied = false;
+  uint64_t init_seed = 0;
+
   // serve-model
   CLI::App* serve = nullptr;
   ModelArgs vm;
@@ -82,6 +91,7 @@ struct ModelCommands::Impl {
   int run_generate();
   int run_score();
   int run_convert();
+  int run_init();
   int run_serve();
 };
 
@@ -127,6 +137,24 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.conv->add_option("--dtype", m.conv_dtype, "bf16, fp16 or fp32")->capture_default_str();
   m.conv->add_option("--max-shard-gb", m.shard_gb, "shard size limit in GB (0: one file)")->capture_default_str();
 
+  m.init = app.add_subcommand("init", "a new Qwen2/Qwen3 model with fresh weights for a tokenizer (pretraining from scratch)");
+  m.init->add_option("--tokenizer", m.init_tok, "tokenizer.json (its vocabulary sizes the model; ChatML tokens required)")
+      ->required();
+  m.init->add_option("--out", m.init_out, "the model directory to write")->required();
+  m.init->add_option("--arch", m.init_arch, "qwen3 or qwen2")->capture_default_str()->check(CLI::IsMember({"qwen2", "qwen3"}));
+  m.init->add_option("--hidden", m.init_hidden, "hidden size")->capture_default_str();
+  m.init->add_option("--layers", m.init_layers, "decoder layers")->capture_default_str();
+  m.init->add_option("--heads", m.init_heads, "attention heads")->capture_default_str();
+  m.init->add_option("--kv-heads", m.init_kv_heads, "key/value heads (GQA)")->capture_default_str();
+  m.init->add_option("--head-dim", m.init_head_dim, "0: hidden / heads")->capture_default_str();
+  m.init->add_option("--intermediate", m.init_intermediate, "MLP size (0: 3 x hidden)")->capture_default_str();
+  m.init->add_option("--max-positions", m.init_max_pos, "max_position_embeddings")->capture_default_str();
+  m.init->add_option("--rope-theta", m.init_rope, "RoPE base")->capture_default_str();
+  m.init->add_flag("--untied", m.init_untied, "a separate LM head (default: tied to the embedding)");
+  m.init->add_option("--init-std", m.init_std, "initializer_range")->capture_default_str();
+  m.init->add_option("--seed", m.init_seed, "weights seed")->capture_default_str();
+  m.init->add_option("--dtype", m.init_dtype, "bf16 or fp32 (the saved weights)")->capture_default_str();
+
   m.serve = app.add_subcommand("serve-model", "OpenAI-compatible /v1/completions and /v1/chat/completions");
   m.vm.add(m.serve);
   m.serve->add_option("--host", m.so.host, "address to listen on")->capture_default_str();
@@ -144,6 +172,7 @@ std::optional<int> ModelCommands::run() {
   if (*m.gen) return m.run_generate();
   if (*m.score) return m.run_score();
   if (*m.conv) return m.run_convert();
+  if (*m.init) return m.run_init();
   if (*m.serve) return m.run_serve();
   return std::nullopt;
 }
@@ -325,6 +354,53 @@ int ModelCommands::Impl::run_convert() {
     if (fs::exists(fs::path(conv_in) / f))
       fs::copy_file(fs::path(conv_in) / f, fs::path(conv_out) / f, fs::copy_options::overwrite_existing);
   fmt::print(stderr, "wrote {} ({}, {} tensors)\n", conv_out, conv_dtype, model.named_parameters().size());
+  return 0;
+}
+
+int ModelCommands::Impl::run_init() {
+  auto dtype = parse_dtype(init_dtype);
+  MC_CHECK(dtype == at::kBFloat16 || dtype == at::kFloat, "--dtype must be bf16 or fp32");
+  MC_CHECK(init_hidden > 0 && init_layers > 0 && init_heads > 0 && init_kv_heads > 0, "init: sizes must be positive");
+  MC_CHECK(init_heads % init_kv_heads == 0, "init: --heads (", init_heads, ") must be a multiple of --kv-heads (",
+           init_kv_heads, ")");
+  const int64_t head_dim = init_head_dim ? init_head_dim : init_hidden / init_heads;
+  MC_CHECK(init_head_dim || init_hidden % init_heads == 0, "init: --hidden (", init_hidden,
+           ") is not a multiple of --heads; give --head-dim");
+  MC_CHECK(head_dim % 2 == 0, "init: the head dimension must be even (RoPE), got ", head_dim);
+  auto tok = tok::BpeTokenizer::from_file(init_tok);
+  const int32_t im_end = tok.token_to_id("<|im_end|>"), eot = tok.token_to_id("<|endoftext|>");
+  MC_CHECK(im_end >= 0 && tok.token_to_id("<|im_start|>") >= 0, init_tok,
+           " has no <|im_start|> / <|im_end|> tokens: the chat format needs them");
+  const bool q3 = init_arch == "qwen3";
+  json cfg = {{"architectures", {q3 ? "Qwen3ForCausalLM" : "Qwen2ForCausalLM"}},
+              {"model_type", init_arch},
+              {"vocab_size", tok.vocab_size()},
+              {"hidden_size", init_hidden},
+              {"intermediate_size", init_intermediate ? init_intermediate : 3 * init_hidden},
+              {"num_hidden_layers", init_layers},
+              {"num_attention_heads", init_heads},
+              {"num_key_value_heads", init_kv_heads},
+              {"head_dim", head_dim},
+              {"max_position_embeddings", init_max_pos},
+              {"rope_theta", init_rope},
+              {"rms_norm_eps", 1e-6},
+              {"hidden_act", "silu"},
+              {"initializer_range", init_std},
+              {"tie_word_embeddings", !init_untied},
+              {"use_cache", true},
+              {"bos_token_id", eot >= 0 ? eot : im_end},
+              {"eos_token_id", im_end},
+              {"dtype", init_dtype == "bf16" ? "bfloat16" : "float32"}};
+  if (q3) cfg["attention_bias"] = false;
+  auto config = model::QwenConfig::from_json(cfg, "init");
+  auto model = model::QwenModel::random(config, c10::Device(c10::kCPU), at::kFloat, init_seed, init_std);
+  model.save(init_out, dtype);
+  fs::copy_file(init_tok, fs::path(init_out) / "tokenizer.json", fs::copy_options::overwrite_existing);
+  int64_t params = 0;
+  for (const auto& [name, t] : model.named_parameters()) params += t.numel();  // a tied head is not listed
+  fmt::print(stderr, "wrote {}: {} with {:.2f} M parameters (hidden {}, {} layers, vocab {}), seed {}\n", init_out,
+             cfg["architectures"][0].get<std::string>(), params / 1e6, init_hidden, init_layers, tok.vocab_size(),
+             init_seed);
   return 0;
 }
 

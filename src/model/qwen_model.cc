@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -152,34 +153,63 @@ QwenModel QwenModel::load(const std::string& dir, c10::Device device, c10::Scala
     }
   }
   if (dtype == c10::ScalarType::Undefined) dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
-  const QwenConfig& c = m.cfg_;
   WeightLoader w(dir, device, dtype);
+  m.assemble([&](const std::string& name, std::vector<int64_t> shape) { return w.get(name, std::move(shape)); }, device);
+  return m;
+}
+
+QwenModel QwenModel::random(const QwenConfig& cfg, c10::Device device, c10::ScalarType dtype, uint64_t seed,
+                            double init_std) {
+  QwenModel m;
+  m.cfg_ = cfg;
+  if (dtype == c10::ScalarType::Undefined) dtype = device.is_cuda() ? at::kBFloat16 : at::kFloat;
+  // As transformers' Qwen2/Qwen3 _init_weights: linear and embedding weights N(0, initializer_
+  // range), biases 0, RMSNorm weights 1. Drawn on the CPU in fp32 from one seeded generator, in
+  // the checkpoint's tensor order, so a seed gives the same model on any device.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto f32 = at::TensorOptions().dtype(at::kFloat);
+  m.assemble(
+      [&](const std::string& name, std::vector<int64_t> shape) {
+        at::Tensor t;
+        const bool norm = name.find("norm.weight") != std::string::npos;
+        if (norm) t = at::ones(shape, f32);
+        else if (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0) t = at::zeros(shape, f32);
+        else t = at::normal(0.0, init_std, shape, gen, f32);
+        return t.to(device, dtype);
+      },
+      device);
+  return m;
+}
+
+void QwenModel::assemble(const TensorSource& w_get, c10::Device device) {
+  const QwenConfig& c = cfg_;
+  QwenModel& m = *this;
   int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  m.embed_ = w.get("model.embed_tokens.weight", {c.vocab_size, H});
+  m.embed_ = w_get("model.embed_tokens.weight", {c.vocab_size, H});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = fmt::format("model.layers.{}.", i);
     Layer l;
-    l.input_norm = w.get(p + "input_layernorm.weight", {H});
-    l.qkv_w = at::cat({w.get(p + "self_attn.q_proj.weight", {c.q_size(), H}),
-                       w.get(p + "self_attn.k_proj.weight", {c.kv_size(), H}),
-                       w.get(p + "self_attn.v_proj.weight", {c.kv_size(), H})});
+    l.input_norm = w_get(p + "input_layernorm.weight", {H});
+    l.qkv_w = at::cat({w_get(p + "self_attn.q_proj.weight", {c.q_size(), H}),
+                       w_get(p + "self_attn.k_proj.weight", {c.kv_size(), H}),
+                       w_get(p + "self_attn.v_proj.weight", {c.kv_size(), H})});
     if (c.qkv_bias)
-      l.qkv_b = at::cat({w.get(p + "self_attn.q_proj.bias", {c.q_size()}), w.get(p + "self_attn.k_proj.bias", {c.kv_size()}),
-                         w.get(p + "self_attn.v_proj.bias", {c.kv_size()})});
+      l.qkv_b = at::cat({w_get(p + "self_attn.q_proj.bias", {c.q_size()}), w_get(p + "self_attn.k_proj.bias", {c.kv_size()}),
+                         w_get(p + "self_attn.v_proj.bias", {c.kv_size()})});
     if (c.qk_norm) {
-      l.q_norm = w.get(p + "self_attn.q_norm.weight", {D});
-      l.k_norm = w.get(p + "self_attn.k_norm.weight", {D});
+      l.q_norm = w_get(p + "self_attn.q_norm.weight", {D});
+      l.k_norm = w_get(p + "self_attn.k_norm.weight", {D});
     }
-    l.o_w = w.get(p + "self_attn.o_proj.weight", {H, c.q_size()});
-    if (c.o_bias) l.o_b = w.get(p + "self_attn.o_proj.bias", {H});
-    l.post_norm = w.get(p + "post_attention_layernorm.weight", {H});
-    l.gate_up_w = at::cat({w.get(p + "mlp.gate_proj.weight", {I, H}), w.get(p + "mlp.up_proj.weight", {I, H})});
-    l.down_w = w.get(p + "mlp.down_proj.weight", {H, I});
+    l.o_w = w_get(p + "self_attn.o_proj.weight", {H, c.q_size()});
+    if (c.o_bias) l.o_b = w_get(p + "self_attn.o_proj.bias", {H});
+    l.post_norm = w_get(p + "post_attention_layernorm.weight", {H});
+    l.gate_up_w = at::cat({w_get(p + "mlp.gate_proj.weight", {I, H}), w_get(p + "mlp.up_proj.weight", {I, H})});
+    l.down_w = w_get(p + "mlp.down_proj.weight", {H, I});
     m.layers_.push_back(std::move(l));
   }
-  m.final_norm_ = w.get("model.norm.weight", {H});
+  m.final_norm_ = w_get("model.norm.weight", {H});
   // Tied checkpoints may still carry lm_head.weight; transformers ignores it then, so do we.
-  m.lm_head_w_ = c.tie_word_embeddings ? m.embed_ : w.get("lm_head.weight", {c.vocab_size, H});
+  m.lm_head_w_ = c.tie_word_embeddings ? m.embed_ : w_get("lm_head.weight", {c.vocab_size, H});
 
   // RoPE tables exactly as transformers builds them: inv_freq in fp32, outer product with the
   // positions, cos/sin of [freqs, freqs].
@@ -190,7 +220,6 @@ QwenModel QwenModel::load(const std::string& dir, c10::Device device, c10::Scala
   auto emb = at::cat({freqs, freqs}, -1);
   m.rope_cos_ = emb.cos().to(device);
   m.rope_sin_ = emb.sin().to(device);
-  return m;
 }
 
 at::Tensor QwenModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {

@@ -8,6 +8,7 @@
 // Hugging Face names as views into them, which is what save() writes.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,6 +40,11 @@ class QwenModel {
   // Throws mc::Error for a missing file, unsupported architecture, missing tensor or a tensor
   // whose shape does not match the config.
   static QwenModel load(const std::string& dir, c10::Device device, c10::ScalarType dtype = c10::ScalarType::Undefined);
+  // A model of that architecture with fresh weights, as transformers initializes one (linear
+  // and embedding weights N(0, init_std), biases 0, norms 1), the same for a seed on any device:
+  // the start of pretraining from scratch. save() writes it as a Hugging Face directory.
+  static QwenModel random(const QwenConfig& cfg, c10::Device device, c10::ScalarType dtype, uint64_t seed,
+                          double init_std = 0.02);
 
   const QwenConfig& config() const { return cfg_; }
   c10::Device device() const { return embed_.device(); }
@@ -96,6 +102,9 @@ class QwenModel {
     at::Tensor input_norm, qkv_w, qkv_b, q_norm, k_norm, o_w, o_b, post_norm, gate_up_w, down_w;
     at::Tensor out_proj(const at::Tensor& x) const { return o_b.defined() ? at::linear(x, o_w, o_b) : at::linear(x, o_w); }
   };
+  // Builds the layers and RoPE tables from tensors by Hugging Face name and expected shape.
+  using TensorSource = std::function<at::Tensor(const std::string& name, std::vector<int64_t> shape)>;
+  void assemble(const TensorSource& get, c10::Device device);
   at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w) const;
   // q [.., heads, D], k, v [.., kv_heads, D] with q/k norms and RoPE applied; cos/sin [.., 1, D].
   std::tuple<at::Tensor, at::Tensor, at::Tensor> qkv(const Layer& l, const at::Tensor& x, const at::Tensor& cos,

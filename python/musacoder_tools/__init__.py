@@ -1,0 +1,1 @@
+"""Tools of the training pipeline that live in the Python ecosystem (Hugging Face `tokenizers`)."""

@@ -1,0 +1,260 @@
+#include "recipe/runner.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "common/check.h"
+#include "common/fs.h"
+#include "common/progress.h"
+#include "common/subprocess.h"
+#include "eval/toolchain.h"
+
+namespace mc::recipe {
+namespace {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string scalar(const toml::node& n, const std::string& where) {
+  if (auto s = n.value<std::string>()) return *s;
+  if (n.is_integer()) return std::to_string(*n.value<int64_t>());
+  if (n.is_floating_point()) return fmt::format("{}", *n.value<double>());
+  if (auto b = n.value<bool>()) return *b ? "true" : "false";
+  throw Error(str_cat(where, " must be a string, a number or a boolean"));
+}
+
+std::string self_exe() {
+  std::error_code ec;
+  auto p = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? "musacoder" : p.string();
+}
+
+std::string tail_lines(const std::string& path, int n) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) {
+    lines.push_back(l);
+    if (static_cast<int>(lines.size()) > n) lines.erase(lines.begin());
+  }
+  std::string out;
+  for (const auto& l : lines) out += "  " + l + "\n";
+  return out;
+}
+
+std::string now_utc() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+}  // namespace
+
+std::string last_checkpoint(const std::string& dir) {
+  const fs::path ck = fs::path(dir) / "checkpoints";
+  if (!fs::is_directory(ck)) return "";
+  std::string best;
+  for (const auto& e : fs::directory_iterator(ck)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory() && n.rfind("step-", 0) == 0 && fs::exists(e.path() / "config.json") && n > fs::path(best).filename().string())
+      best = e.path().string();
+  }
+  return best;
+}
+
+Recipe load_recipe(const std::string& path) {
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    throw Error(str_cat(path, ": not valid TOML (", e.description(), " at line ", e.source().begin.line, ")"));
+  }
+  Recipe r;
+  r.path = fs::absolute(path).string();
+  if (auto* vars = t["vars"].as_table())
+    for (const auto& [k, v] : *vars) r.vars[std::string(k.str())] = scalar(v, str_cat(path, ": vars.", k.str()));
+  auto* stages = t["stage"].as_array();
+  MC_CHECK(stages && !stages->empty(), path, ": no [[stage]] tables");
+  static const std::regex name_re(R"([a-z0-9][a-z0-9_-]*)");
+  std::set<std::string> names;
+  for (size_t i = 0; i < stages->size(); ++i) {
+    auto* st = (*stages)[i].as_table();
+    std::string where = str_cat(path, ": [[stage]] ", i + 1);
+    MC_CHECK(st, where, " is not a table");
+    RecipeStage s;
+    auto name = (*st)["name"].value<std::string>();
+    MC_CHECK(name && std::regex_match(*name, name_re), where, ": 'name' must be lower-case letters, digits, '-' or '_'");
+    s.name = *name;
+    where = str_cat(path, ": stage '", s.name, "'");
+    MC_CHECK(names.insert(s.name).second, where, " appears twice");
+    s.about = (*st)["about"].value_or(std::string());
+    auto* cmds = (*st)["commands"].as_array();
+    MC_CHECK(cmds && !cmds->empty(), where, ": 'commands' must be a non-empty array of argument arrays");
+    for (size_t c = 0; c < cmds->size(); ++c) {
+      auto* argv = (*cmds)[c].as_array();
+      MC_CHECK(argv && !argv->empty(), where, ": commands[", c, "] must be a non-empty array of strings");
+      std::vector<std::string> args;
+      for (const auto& a : *argv) args.push_back(scalar(a, str_cat(where, ": commands[", c, "]")));
+      s.commands.push_back(std::move(args));
+    }
+    if (auto* env = (*st)["env"].as_table())
+      for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
+    r.stages.push_back(std::move(s));
+  }
+  return r;
+}
+
+std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir) {
+  std::string out;
+  for (size_t i = 0; i < arg.size(); ++i) {
+    if (arg[i] != '{') {
+      out += arg[i];
+      continue;
+    }
+    // The placeholder ends at the brace that closes it ({last:{run}/x} nests one level).
+    size_t depth = 0, j = i;
+    for (; j < arg.size(); ++j) {
+      if (arg[j] == '{') ++depth;
+      else if (arg[j] == '}' && --depth == 0) break;
+    }
+    MC_CHECK(j < arg.size(), "recipe: unclosed '{' in \"", arg, "\"");
+    std::string key = arg.substr(i + 1, j - i - 1);
+    i = j;
+    auto dir_of = [&](const std::string& d) {
+      std::string x = expand(d, values, run_dir);
+      return fs::path(x).is_absolute() ? x : (fs::path(run_dir) / x).string();
+    };
+    if (key.rfind("last:", 0) == 0) {
+      std::string dir = dir_of(key.substr(5));
+      std::string ck = last_checkpoint(dir);
+      MC_CHECK(!ck.empty(), "recipe: ", dir, " has no checkpoint (", "{", key, "}): has its stage run?");
+      out += ck;
+    } else if (key.rfind("resume:", 0) == 0) {
+      if (!last_checkpoint(dir_of(key.substr(7))).empty()) out += "--resume";
+    } else {
+      auto v = values.find(key);
+      MC_CHECK(v != values.end(), "recipe: unknown placeholder {", key, "} in \"", arg, "\"");
+      out += expand(v->second, values, run_dir);  // a var may name another
+    }
+  }
+  return out;
+}
+
+json run_recipe(const Recipe& r, const RunOptions& o) {
+  MC_CHECK(!o.run_dir.empty(), "recipe needs --out RUN");
+  fs::create_directories(fs::path(o.run_dir) / "recipe");
+  const std::string run = fs::absolute(o.run_dir).string();
+  const fs::path state_path = fs::path(run) / "recipe" / "state.json";
+  json state = fs::exists(state_path) ? json::parse(read_file(state_path)) : json::object();
+  if (!state.contains("stages")) state["stages"] = json::object();
+  state["recipe"] = r.path;
+
+  std::map<std::string, std::string> values;
+  const std::string bin = self_exe();
+  values["run"] = run;
+  values["bin"] = bin;
+  values["model_bin"] = (fs::path(bin).parent_path() / "musacoder-model").string();
+  values["root"] = eval::musacoder_home();
+  values["python"] = "python3";
+  values["recipe"] = fs::path(r.path).parent_path().string();
+  for (const auto& [k, v] : r.vars) values["var." + k] = v;
+  for (const auto& [k, v] : o.set) {
+    MC_CHECK(r.vars.count(k), "--set ", k, ": the recipe has no such var (its [vars]: ", [&] {
+      std::string s;
+      for (const auto& [n, _] : r.vars) s += (s.empty() ? "" : ", ") + n;
+      return s;
+    }(), ")");
+    values["var." + k] = v;
+  }
+  state["vars"] = json::object();
+  for (const auto& [k, v] : values)
+    if (k.rfind("var.", 0) == 0) state["vars"][k.substr(4)] = v;
+
+  std::set<std::string> known;
+  for (const auto& s : r.stages) known.insert(s.name);
+  for (const auto& n : o.only) MC_CHECK(known.count(n), "--stages: the recipe has no stage '", n, "'");
+  MC_CHECK(o.from.empty() || known.count(o.from), "--from: the recipe has no stage '", o.from, "'");
+  std::vector<const RecipeStage*> todo;
+  bool started = o.from.empty();
+  for (const auto& s : r.stages) {
+    if (s.name == o.from) started = true;
+    if (!started) {
+      MC_CHECK(state["stages"].contains(s.name) && state["stages"][s.name].value("done", false), "--from ", o.from,
+               ": the stage before it, '", s.name, "', has not finished");
+      continue;
+    }
+    if (!o.only.empty() && std::find(o.only.begin(), o.only.end(), s.name) == o.only.end()) continue;
+    todo.push_back(&s);
+  }
+  const bool gpu = fs::exists("/dev/nvidia0");
+  ProgressBar bar("recipe", todo.size(), o.progress);
+  std::ofstream stages_log(fs::path(run) / "recipe" / "stages.jsonl", std::ios::app);
+  for (const RecipeStage* s : todo) {
+    json& st = state["stages"][s->name];
+    if (!st.is_object()) st = json::object();
+    if (st.value("done", false) && !o.redo) {
+      fmt::print(stderr, "recipe: {} finished before ({:.0f} s); skipped\n", s->name, st.value("seconds", 0.0));
+      bar.advance(1, s->name);
+      continue;
+    }
+    const std::string log = (fs::path(run) / "recipe" / (s->name + ".log")).string();
+    fmt::print(stderr, "recipe: {}: {} (log {})\n", s->name, s->about, log);
+    st["done"] = false;
+    st["started_at"] = now_utc();
+    st["commands"] = json::array();
+    write_file_atomic(state_path, state.dump(1) + "\n");
+    auto t0 = Clock::now();
+    for (const auto& cmd : s->commands) {
+      std::vector<std::string> argv;
+      for (const auto& a : cmd) {
+        std::string x = expand(a, values, run);
+        if (!x.empty() || a.empty()) argv.push_back(x);  // a placeholder that expands to nothing drops out
+      }
+      std::string shown;
+      for (const auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
+      st["commands"].push_back(shown);
+      {
+        std::ofstream l(log, std::ios::app);
+        l << "\n$ " << shown << "\n";
+      }
+      SubprocessOptions so;
+      // Both streams to the stage's log; "$@" keeps every argument as it is.
+      so.argv = {"/bin/sh", "-c", "exec \"$@\" >>\"$MC_RECIPE_LOG\" 2>&1", "sh"};
+      so.argv.insert(so.argv.end(), argv.begin(), argv.end());
+      so.env_set["MC_RECIPE_LOG"] = log;
+      for (const auto& [k, v] : s->env) so.env_set[k] = expand(v, values, run);
+      so.capture_stdout = so.capture_stderr = false;
+      Subprocess p(so);
+      ExitStatus es = p.wait();
+      if (!es.ok()) {
+        st["failed"] = shown;
+        write_file_atomic(state_path, state.dump(1) + "\n");
+        throw Error(str_cat("recipe stage '", s->name, "' failed (", es.describe(), "): ", shown, "\nits log, ", log,
+                            ", ends:\n", tail_lines(log, 25)));
+      }
+    }
+    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    st["done"] = true;
+    st["seconds"] = secs;
+    st["device"] = gpu ? "gpu" : "cpu";
+    st["finished_at"] = now_utc();
+    st.erase("failed");
+    write_file_atomic(state_path, state.dump(1) + "\n");
+    stages_log << json{{"stage", s->name}, {"seconds", secs}, {"device", st["device"]}, {"finished_at", st["finished_at"]}}.dump()
+               << "\n";
+    stages_log.flush();
+    bar.advance(1, s->name);
+  }
+  return state;
+}
+
+}  // namespace mc::recipe

@@ -1,0 +1,63 @@
+// `musacoder recipe`: a training recipe as data. A TOML file lists stages in order; each stage
+// is one or more commands of this project (synth, corpus, the tokenizer trainer, init, train
+// sft, rft, train rl, bench-model, plot), written as argument arrays with placeholders:
+//
+//   {run}            the run folder (every artifact lives under it)
+//   {bin}            this musacoder; {model_bin} the musacoder-model beside it
+//   {root}           the project tree (MUSACODER_HOME), {python} the interpreter
+//   {recipe}         the folder of the recipe file
+//   {var.NAME}       a [vars] value (a recipe's sizes and seeds; --set NAME=VALUE overrides)
+//   {last:DIR}       DIR's newest checkpoint (DIR/checkpoints/step-N); an error if it has none
+//   {resume:DIR}     "--resume" when DIR has a checkpoint, else the argument is dropped
+//
+// A stage that finished is recorded in RUN/recipe/state.json and skipped when the recipe runs
+// again, so a recipe runs across many short slices of GPU time; a stage that stopped part way
+// is run again, and its own commands resume (train's --resume, rft's reused verdicts, ...).
+// Each stage's output goes to RUN/recipe/<stage>.log; its seconds, and the GPU seconds where a
+// GPU was visible, to state.json and RUN/recipe/stages.jsonl.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace mc::recipe {
+
+struct RecipeStage {
+  std::string name;
+  std::string about;                               // one line, for --list and the summary
+  std::vector<std::vector<std::string>> commands;  // run in order, each must exit 0
+  std::map<std::string, std::string> env;          // added to every command's environment
+};
+
+struct Recipe {
+  std::string path;
+  std::map<std::string, std::string> vars;
+  std::vector<RecipeStage> stages;
+};
+
+// Throws mc::Error naming the file and the stage or field that is wrong.
+Recipe load_recipe(const std::string& path);
+
+struct RunOptions {
+  std::string run_dir;
+  std::vector<std::string> only;          // run just these stages (in recipe order); empty: all
+  std::string from;                       // start here (earlier stages must have finished)
+  std::map<std::string, std::string> set; // --set NAME=VALUE
+  bool redo = false;                      // run the selected stages even if they finished
+  bool progress = true;
+};
+
+// Expands one argument (placeholders above). Exposed for tests.
+std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir);
+
+// Runs the recipe; returns the state (also in RUN/recipe/state.json). Throws mc::Error naming the
+// stage, its command and its log when a command fails.
+nlohmann::json run_recipe(const Recipe& r, const RunOptions& o);
+
+// The newest checkpoint folder under dir/checkpoints ("" : none).
+std::string last_checkpoint(const std::string& dir);
+
+}  // namespace mc::recipe

@@ -1,0 +1,160 @@
+"""The recipe on the CPU: `musacoder recipe recipes/tiny/recipe.toml` runs every stage once
+(synth, corpus, tokenizer, init, pretrain, sft, eval, rft with repair rows, rl, eval), each
+writing what the next reads, and a second run skips what finished. Also the corpus builder's
+drops (duplicates, binaries, KernelBench copies and near-copies), `musacoder-model init`
+against transformers, and the runner's errors. Asserts on artifacts, not on model quality."""
+import json
+import os
+import subprocess
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+MODEL_BINARY = os.path.join(os.path.dirname(BINARY), "musacoder-model")
+pytestmark = pytest.mark.skipif(not os.path.exists(MODEL_BINARY), reason="musacoder-model not built")
+ADD = os.path.join(ROOT, "tests", "cases", "problems", "1_Add.py")
+
+
+def mc(*args, check=True, timeout=1500, binary=BINARY, env=None):
+    r = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                       env={**os.environ, **(env or {})})
+    if check and r.returncode != 0:
+        raise AssertionError(f"{os.path.basename(binary)} {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n"
+                             f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
+    return r
+
+
+def read_jsonl(path):
+    return [json.loads(x) for x in open(path) if x.strip()]
+
+
+def test_tiny_recipe_end_to_end(tmp_path):
+    run = tmp_path / "run"
+    r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
+    stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "rl", "eval-rl"]
+    state = json.load(open(run / "recipe" / "state.json"))
+    assert [s for s in stages if state["stages"][s]["done"]] == stages, state
+    assert all(state["stages"][s]["seconds"] > 0 for s in stages)
+    for s in stages:
+        assert s in r.stdout
+    # synth: training problems with verified rows; held-out problems decontaminated against them.
+    assert len(read_jsonl(run / "synth" / "problems.jsonl")) == 4
+    assert read_jsonl(run / "synth" / "dataset.jsonl")
+    ev = json.load(open(run / "synth-eval" / "report.json"))
+    assert ev["decontamination"]["benchmark"].endswith("synth/problems")
+    # corpus: licences and sizes per source; the synthesized solutions are in it.
+    rep = json.load(open(run / "corpus" / "report.json"))
+    by = {s["name"]: s for s in rep["sources"]}
+    assert by["synth"]["files"] > 0 and by["musacoder-headers"]["files"] > 0
+    assert all(s["license"] for s in rep["sources"]) and rep["benchmark_files"] > 0
+    # tokenizer: ChatML tokens; the C++ tokenizer reads it with the ids of `tokenizers`.
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
+    assert all(tok.token_to_id(s) is not None for s in ("<|im_start|>", "<|im_end|>", "<|endoftext|>"))
+    text = open(ADD).read()
+    (tmp_path / "t.jsonl").write_text(json.dumps({"text": text}) + "\n")
+    mc("tokenize", "--tokenizer", run / "tokenizer" / "tokenizer.json", "--input", tmp_path / "t.jsonl", "--output",
+       tmp_path / "ids.jsonl", "--no-progress")
+    assert read_jsonl(tmp_path / "ids.jsonl")[0]["ids"] == tok.encode(text).ids
+    # init: a Qwen3 model sized by the tokenizer.
+    cfg = json.load(open(run / "init" / "config.json"))
+    assert cfg["architectures"] == ["Qwen3ForCausalLM"] and cfg["vocab_size"] == tok.get_vocab_size()
+    # pretrain -> sft -> rft (repair rows, trained) -> rl: each started from the one before.
+    def steps(d):
+        return sorted(os.listdir(run / d / "checkpoints"))
+    assert steps("pretrain") and steps("sft") and steps("rft/sft") and steps("rl")
+    sft_cmd = state["stages"]["sft"]["commands"][0]
+    assert str(run / "pretrain" / "checkpoints") in sft_cmd
+    assert str(run / "rft" / "sft" / "checkpoints") in state["stages"]["rl"]["commands"][0]
+    assert json.load(open(run / "rft" / "report.json"))["repair"]["per_problem"] == 1
+    assert [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
+    # evaluation after sft and after rl, by bench-model, on the held-out problems.
+    for e in ("sft", "rl"):
+        assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)
+    # Again: every stage finished, so nothing runs.
+    r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
+    assert r.stderr.count("finished before") == len(stages), r.stderr
+
+
+def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.h").write_text("#pragma once\nint add(int a, int b);\n")
+    (src / "b.h").write_text("#pragma once   \nint add(int a, int b);\n\n")  # a.h up to trailing space
+    (src / "blob.h").write_bytes(b"\x00\x01binary")
+    (src / "copy.py").write_text(open(ADD).read())  # a KernelBench file itself
+    (src / "embeds.py").write_text("# a tutorial\nimport os\n\n" + open(ADD).read() + "\nprint('done')\n")
+    (src / "own.py").write_text("def square(x):\n    return x * x\n")
+    (src / "skip.txt").write_text("not taken: wrong ending\n")
+    cfg = tmp_path / "corpus.toml"
+    cfg.write_text(f'[[source]]\nname = "local"\npath = "$SRC_DIR"\nextensions = [".h", ".py"]\nlicense = "MIT"\n')
+    out = tmp_path / "out"
+    mc("corpus", "--config", cfg, "--out", out, "--decontaminate", os.path.join(ROOT, "tests", "cases", "problems"),
+       "--no-progress", env={"SRC_DIR": str(src)})
+    rows = read_jsonl(out / "corpus.jsonl")
+    assert sorted(os.path.basename(r["path"]) for r in rows) == ["a.h", "own.py"]
+    rep = json.load(open(out / "report.json"))
+    s = rep["sources"][0]
+    assert s["license"] == "MIT" and s["files"] == 2
+    assert s["dropped"] == {"binary": 1, "duplicate": 1, "kernelbench_copy": 1, "kernelbench_near_copy": 1}
+    rules = {os.path.basename(c["path"]): (c["rule"], os.path.basename(c["benchmark"])) for c in rep["contaminated"]}
+    assert rules == {"copy.py": ("copy", "1_Add.py"), "embeds.py": ("near_copy", "1_Add.py")}
+    assert "| local | MIT | 2 |" in open(out / "report.md").read()
+    # Errors name what is wrong.
+    r = mc("corpus", "--config", cfg, "--out", out, check=False, env={"SRC_DIR": ""})
+    assert r.returncode == 2 and "$SRC_DIR is not set" in r.stderr, r.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[source]]\nname = "x"\npath = "/tmp"\n')
+    r = mc("corpus", "--config", bad, "--out", out, check=False)
+    assert r.returncode == 2 and "[[source]] 1: 'license' is missing" in r.stderr, r.stderr
+
+
+def test_init_writes_a_model_transformers_loads(tmp_path):
+    import torch
+    import transformers
+    import bpe_fixtures
+    tok = tmp_path / "tokenizer.json"
+    vocab = bpe_fixtures.train_bpe(tok, [open(ADD).read()] * 3, "qwen", vocab_size=400).get_vocab_size()
+    args = ["init", "--tokenizer", tok, "--hidden", "64", "--layers", "2", "--heads", "4", "--kv-heads", "2",
+            "--max-positions", "256", "--seed", "7", "--dtype", "fp32"]
+    mc(*args, "--out", tmp_path / "a", binary=MODEL_BINARY)
+    mc(*args, "--out", tmp_path / "b", binary=MODEL_BINARY)
+    assert (tmp_path / "a" / "model.safetensors").read_bytes() == (tmp_path / "b" / "model.safetensors").read_bytes()
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "a"), dtype=torch.float32)
+    sd = model.state_dict()
+    assert model.config.model_type == "qwen3" and model.config.vocab_size == vocab
+    assert torch.equal(sd["model.norm.weight"], torch.ones(64))
+    assert torch.equal(sd["model.layers.0.self_attn.q_norm.weight"], torch.ones(16))
+    w = sd["model.layers.1.mlp.down_proj.weight"]
+    assert abs(float(w.std()) - 0.02) < 0.002 and abs(float(w.mean())) < 0.002
+    assert torch.equal(sd["lm_head.weight"], sd["model.embed_tokens.weight"])  # tied
+    mc(*args[:-4], "--seed", "8", "--dtype", "fp32", "--out", tmp_path / "c", binary=MODEL_BINARY)
+    assert (tmp_path / "c" / "model.safetensors").read_bytes() != (tmp_path / "a" / "model.safetensors").read_bytes()
+    r = mc("init", "--tokenizer", tok, "--heads", "3", "--kv-heads", "2", "--out", tmp_path / "d", check=False,
+           binary=MODEL_BINARY)
+    assert r.returncode == 2 and "must be a multiple of --kv-heads" in r.stderr, r.stderr
+
+
+def test_recipe_errors_name_the_stage(tmp_path):
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[vars]\nx = 1\n\n[[stage]]\nname = "ok"\ncommands = [["true"]]\n\n'
+                      '[[stage]]\nname = "fails"\ncommands = [["sh", "-c", "echo boom-{var.x}; exit 3"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run", "--no-progress", check=False)
+    assert r.returncode == 2 and "recipe stage 'fails' failed (exit 3)" in r.stderr and "boom-1" in r.stderr, r.stderr
+    state = json.load(open(tmp_path / "run" / "recipe" / "state.json"))
+    assert state["stages"]["ok"]["done"] and not state["stages"]["fails"]["done"]
+    r = mc("recipe", recipe, "--out", tmp_path / "run", "--set", "x=2", "--from", "fails", check=False)
+    assert "boom-2" in r.stderr, r.stderr
+    for args, says in ((["--set", "y=1"], "--set y: the recipe has no such var"),
+                       (["--stages", "nope"], "--stages: the recipe has no stage 'nope'")):
+        r = mc("recipe", recipe, "--out", tmp_path / "run2", *args, check=False)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+    r = mc("recipe", recipe, "--out", tmp_path / "run3", "--from", "fails", check=False)
+    assert r.returncode == 2 and "'ok', has not finished" in r.stderr, r.stderr
+    recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{nope}"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run4", check=False)
+    assert r.returncode == 2 and "unknown placeholder {nope}" in r.stderr, r.stderr
+    recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{last:nowhere}"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run5", check=False)
+    assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
