@@ -70,5 +70,8 @@ BenchResult run_bench(const BenchOptions& o);
 
 // `musacoder bench-model compare RUN...`: the runs' headline numbers side by side (Markdown).
 std::string compare_runs(const std::vector<std::string>& run_dirs);
+// The same runs as a chart (SVG): pass@1 (turn 1 and last), pass@k, avg@k, fast_1 and Faster,
+// one point per run in the order given: a recipe's stage-by-stage chart.
+std::string compare_svg(const std::vector<std::string>& run_dirs);
 
 }  // namespace mc::bench

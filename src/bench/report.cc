@@ -221,9 +221,10 @@ BenchResult write_report(const ReportInput& in) {
 
 std::string compare_runs(const std::vector<std::string>& run_dirs) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
-  std::string md = "| run | answers from | problems | samples | turns | pass@1 (turn 1) | pass@1 | pass@k | avg@k | fast_1 | "
+  std::string md = "| # | run | answers from | problems | samples | turns | pass@1 (turn 1) | pass@1 | pass@k | avg@k | fast_1 | "
                    "fast_1.1 | fast_1 (compile) | Faster | geomean | correct | infra |\n"
-                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+                   "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  int index = 0;
   for (const auto& d : run_dirs) {
     fs::path p = fs::path(d) / "report.json";
     MC_CHECK(fs::exists(p), "compare: ", d, " has no report.json (not a finished bench-model run)");
@@ -232,7 +233,7 @@ std::string compare_runs(const std::vector<std::string>& run_dirs) {
     const json& s = r.at("settings");
     int n = s.value("samples", 1);
     auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n", d,
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n", ++index, d,
                       r.value("source", ""), f.value("problems", 0), n, s.value("turns", 1),
                       pct(get(r["per_turn"][0]["all"]["pass"], "pass@1")), pct(get(f["pass"], "pass@1")),
                       pct(get(f["pass"], "pass@" + std::to_string(n))), pct(f.value("avg@k", 0.0)),
@@ -241,6 +242,34 @@ std::string compare_runs(const std::vector<std::string>& run_dirs) {
                       pct(f.value("correct", 0.0)), f.value("infra_errors", 0));
   }
   return md;
+}
+
+std::string compare_svg(const std::vector<std::string>& run_dirs) {
+  MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
+  report::Panel pass{"pass rates by run (x: the runs in the order given, as the table's #)", "run", {}};
+  report::Panel speed{"speed by run", "run", {}};
+  std::vector<report::Series> p = {{"pass@1, turn 1", {}, {}}, {"pass@1, last turn", {}, {}}, {"pass@k", {}, {}},
+                                   {"avg@k", {}, {}}};
+  std::vector<report::Series> v = {{"fast_1 vs eager", {}, {}}, {"fast_1 vs torch.compile", {}, {}}, {"Faster", {}, {}}};
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    fs::path f = fs::path(run_dirs[i]) / "report.json";
+    MC_CHECK(fs::exists(f), "compare: ", run_dirs[i], " has no report.json (not a finished bench-model run)");
+    json r = json::parse(read_file(f));
+    const json& fin = r.at("final");
+    int n = r.at("settings").value("samples", 1);
+    auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
+    double x = static_cast<double>(i + 1);
+    double ys[] = {get(r["per_turn"][0]["all"]["pass"], "pass@1"), get(fin["pass"], "pass@1"),
+                   get(fin["pass"], "pass@" + std::to_string(n)), fin.value("avg@k", 0.0)};
+    for (size_t k = 0; k < p.size(); ++k) p[k].x.push_back(x), p[k].y.push_back(100 * ys[k]);
+    double zs[] = {get(fin["fast_eager"], "fast_1"), get(fin["fast_compile"], "fast_1"), fin.value("faster", 0.0)};
+    for (size_t k = 0; k < v.size(); ++k) v[k].x.push_back(x), v[k].y.push_back(100 * zs[k]);
+  }
+  pass.series = p;
+  speed.series = v;
+  pass.title += " (%)";
+  speed.title += " (%)";
+  return report::render_svg({pass, speed}, 2);
 }
 
 }  // namespace mc::bench

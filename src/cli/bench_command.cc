@@ -18,7 +18,7 @@ struct BenchCommand::Impl {
   bench::BenchOptions o;
   std::string levels, api_key_file;
   std::vector<std::string> compare_runs;
-  std::string compare_out;
+  std::string compare_out, compare_svg;
 };
 
 BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -68,6 +68,7 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.compare = s->add_subcommand("compare", "put bench-model runs side by side (Markdown)");
   m.compare->add_option("runs", m.compare_runs, "run folders")->required();
   m.compare->add_option("--out", m.compare_out, "also write the table here");
+  m.compare->add_option("--svg", m.compare_svg, "and a chart of the runs in order (SVG)");
 }
 
 BenchCommand::~BenchCommand() = default;
@@ -79,6 +80,7 @@ std::optional<int> BenchCommand::run() {
     std::string md = bench::compare_runs(m.compare_runs);
     fmt::print("{}", md);
     if (!m.compare_out.empty()) write_file_atomic(m.compare_out, md);
+    if (!m.compare_svg.empty()) write_file_atomic(m.compare_svg, bench::compare_svg(m.compare_runs));
     return 0;
   }
   MC_CHECK(!m.o.problems.empty(), "bench-model needs --problems (a KernelBench folder or a synth problems.jsonl)");

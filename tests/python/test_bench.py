@@ -163,8 +163,9 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
     r = mc(*bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted", "--samples", "3",
                        "--turns", "3", "--resume"), check=False)
     assert r.returncode == 2 and "--resume: samples differs" in r.stderr
-    mc("bench-model", "compare", out, out, "--out", tmp_path / "cmp.md")
+    mc("bench-model", "compare", out, out, "--out", tmp_path / "cmp.md", "--svg", tmp_path / "cmp.svg")
     assert open(tmp_path / "cmp.md").read().count(str(out)) == 2
+    assert open(tmp_path / "cmp.svg").read().startswith("<svg")
 
 
 def kernelbench_src():

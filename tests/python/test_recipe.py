@@ -32,7 +32,7 @@ def read_jsonl(path):
 def test_tiny_recipe_end_to_end(tmp_path):
     run = tmp_path / "run"
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
-    stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "rl", "eval-rl"]
+    stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "rl", "eval-rl", "report"]
     state = json.load(open(run / "recipe" / "state.json"))
     assert [s for s in stages if state["stages"][s]["done"]] == stages, state
     assert all(state["stages"][s]["seconds"] > 0 for s in stages)
@@ -72,6 +72,11 @@ def test_tiny_recipe_end_to_end(tmp_path):
     # evaluation after sft and after rl, by bench-model, on the held-out problems.
     for e in ("sft", "rl"):
         assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)
+    # The report: both evaluations in order, as a table and a chart; the LM curves.
+    md = open(run / "report" / "stages.md").read()
+    assert "| 1 | " + str(run / "eval" / "sft") in md and "| 2 | " + str(run / "eval" / "rl") in md
+    for svg in ("stages.svg", "lm-curves.svg"):
+        assert open(run / "report" / svg).read().startswith("<svg")
     # Again: every stage finished, so nothing runs.
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
     assert r.stderr.count("finished before") == len(stages), r.stderr
