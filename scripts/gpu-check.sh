@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small / rl-small take several slices and bench-model needs the small model: they are run by name)   BIN=path/to/musacoder (default: build it)
+#   2+ GPUs, and rft-small / rl-small / recipe take several slices and bench-model needs the small model: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -142,6 +142,20 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       done
       tar czf "$OUT/rl-small.tgz" -C "$W" --exclude='*/checkpoints' --exclude=./model --exclude=./sft/checkpoints \
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
+    recipe)
+      # The one-GPU recipe (recipes/small, docs/recipe.md), resumed slice after slice: finished
+      # stages are skipped, a stopped one runs again and resumes itself. RECIPE_RUN: the run
+      # folder (default /tmp/recipe-run: it survives while the machine stays warm);
+      # RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...); RECIPE_TIMEOUT: seconds.
+      R=${RECIPE_RUN:-/tmp/recipe-run}
+      # shellcheck disable=SC2086
+      timeout "${RECIPE_TIMEOUT:-540}" "$BIN" recipe recipes/small/recipe.toml --out "$R" --no-progress ${RECIPE_ARGS:-} \
+        > "$OUT/recipe.log" 2>&1 || rc=1
+      tail -30 "$OUT/recipe.log"
+      # What comes back: the state, reports, curves and logs (no checkpoints, no corpus).
+      tar czf "$OUT/recipe.tgz" -C "$R" --exclude='*/checkpoints' --exclude=./corpus/corpus.jsonl --exclude='*/work' \
+        --exclude=./cache ./recipe ./report ./eval ./corpus/report.json ./corpus/report.md ./synth/report.json \
+        2>/dev/null ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

@@ -1,12 +1,11 @@
 #include "port/rules.h"
 
-#include <toml++/toml.h>
-
 #include <algorithm>
 #include <set>
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/toml.h"
 
 namespace mc::port {
 namespace {
@@ -35,13 +34,7 @@ void upsert(std::vector<Rule>& rules, Rule r) {
 
 void RuleTable::load(const std::string& path) {
   MC_CHECK(fs::exists(path), "rule file ", path, " does not exist");
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(path + ": not a TOML rule table: " + std::string(e.description()) + " (line " +
-                std::to_string(e.source().begin.line) + ")");
-  }
+  toml::table t = read_toml(path, "a TOML rule table");
   if (const auto* v = t.get("version")) {
     const auto* n = v->as_integer();
     MC_CHECK(n && n->get() == 1, path, ": version must be 1");

@@ -9,13 +9,13 @@
 #include <unordered_set>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
+#include "common/toml.h"
 #include "synth/decontaminate.h"
 
 namespace mc::recipe {
@@ -97,7 +97,7 @@ struct Benchmark {
 };
 
 struct SourceStats {
-  int64_t files = 0, bytes = 0;
+  int64_t files = 0, bytes = 0, held_out = 0;
   std::map<std::string, int64_t> dropped;  // reason -> files
 };
 
@@ -115,15 +115,12 @@ std::string str_or(const toml::table& t, const char* key, const std::string& whe
 }  // namespace
 
 CorpusOptions load_corpus_config(const std::string& path) {
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(str_cat(path, ": not valid TOML (", e.description(), " at line ", e.source().begin.line, ")"));
-  }
+  toml::table t = read_toml(path);
   CorpusOptions o;
   if (auto v = t["max_file_bytes"].value<int64_t>()) o.max_file_bytes = *v;
   if (auto v = t["contamination"].value<double>()) o.contamination = *v;
+  if (auto v = t["eval_share"].value<double>()) o.eval_share = *v;
+  MC_CHECK(o.eval_share >= 0 && o.eval_share < 1, path, ": eval_share must be in [0, 1), got ", o.eval_share);
   auto* arr = t["source"].as_array();
   MC_CHECK(arr && !arr->empty(), path, ": no [[source]] tables");
   for (size_t i = 0; i < arr->size(); ++i) {
@@ -179,9 +176,10 @@ json build_corpus(const CorpusOptions& o) {
   Benchmark bench(o.decontaminate_dir);
   std::unordered_map<std::string, std::string> seen;  // sha256 -> the first source:path that had it
   const fs::path out(o.out_dir);
-  const std::string tmp = (out / "corpus.jsonl.tmp").string();
-  std::ofstream corpus(tmp, std::ios::binary);
-  MC_CHECK(corpus, "cannot write ", tmp);
+  const std::string tmp = (out / "corpus.jsonl.tmp").string(), eval_tmp = (out / "corpus-eval.jsonl.tmp").string();
+  std::ofstream corpus(tmp, std::ios::binary), held(eval_tmp, std::ios::binary);
+  MC_CHECK(corpus && held, "cannot write ", tmp);
+  int64_t held_files = 0;
   json sources = json::array(), contaminated = json::array();
   int64_t total_files = 0, total_bytes = 0;
   for (const auto& src : o.sources) {
@@ -267,21 +265,33 @@ json build_corpus(const CorpusOptions& o) {
         ++st.dropped["duplicate"];
         continue;
       }
-      corpus << json{{"text", norm}, {"source", src.name}, {"path", path}}.dump() << "\n";
+      const std::string row = json{{"text", norm}, {"source", src.name}, {"path", path}}.dump() + "\n";
+      // Held out by content hash: the first two bytes of the digest as a fraction of 65536.
+      if (std::stoul(digest.substr(0, 4), nullptr, 16) < o.eval_share * 65536) {
+        held << row;
+        ++st.held_out;
+        ++held_files;
+        continue;
+      }
+      corpus << row;
       ++st.files;
       st.bytes += static_cast<int64_t>(norm.size());
     }
     total_files += st.files;
     total_bytes += st.bytes;
     sources.push_back({{"name", src.name}, {"path", src.path}, {"resolved", where}, {"license", src.license},
-                       {"files", st.files}, {"bytes", st.bytes}, {"dropped", st.dropped}});
+                       {"files", st.files}, {"bytes", st.bytes}, {"held_out", st.held_out}, {"dropped", st.dropped}});
   }
   corpus.close();
-  MC_CHECK(corpus, "writing ", tmp, " failed");
+  held.close();
+  MC_CHECK(corpus && held, "writing ", tmp, " failed");
   fs::rename(tmp, out / "corpus.jsonl");
+  fs::rename(eval_tmp, out / "corpus-eval.jsonl");
   MC_CHECK(total_files > 0, "corpus: every file was dropped or no source had any (", (out / "report.json").string(), ")");
   json report = {{"sources", sources},
                  {"files", total_files},
+                 {"held_out_files", held_files},
+                 {"eval_share", o.eval_share},
                  {"bytes", total_bytes},
                  {"decontaminated_against", o.decontaminate_dir},
                  {"benchmark_files", bench.problems.size()},
@@ -289,16 +299,17 @@ json build_corpus(const CorpusOptions& o) {
                  {"max_file_bytes", o.max_file_bytes},
                  {"contamination_share", o.contamination}};
   write_file_atomic(out / "report.json", report.dump(2) + "\n");
-  std::string md = "| source | licence | files | MB | dropped |\n| --- | --- | ---: | ---: | --- |\n";
+  std::string md = "| source | licence | files | MB | held out | dropped |\n| --- | --- | ---: | ---: | ---: | --- |\n";
   for (const auto& s : sources) {
     std::string dropped;
     for (const auto& [k, v] : s["dropped"].items()) dropped += (dropped.empty() ? "" : ", ") + k + " " + std::to_string(v.get<int64_t>());
     if (s.contains("skipped")) dropped = "skipped: " + s["skipped"].get<std::string>();
-    md += fmt::format("| {} | {} | {} | {:.2f} | {} |\n", s["name"].get<std::string>(), s["license"].get<std::string>(),
-                      s["files"].get<int64_t>(), s["bytes"].get<int64_t>() / 1e6, dropped.empty() ? "-" : dropped);
+    md += fmt::format("| {} | {} | {} | {:.2f} | {} | {} |\n", s["name"].get<std::string>(), s["license"].get<std::string>(),
+                      s["files"].get<int64_t>(), s["bytes"].get<int64_t>() / 1e6, s.value("held_out", int64_t{0}),
+                      dropped.empty() ? "-" : dropped);
   }
-  md += fmt::format("| **all** | | {} | {:.2f} | {} dropped as KernelBench copies |\n", total_files, total_bytes / 1e6,
-                    contaminated.size());
+  md += fmt::format("| **all** | | {} | {:.2f} | {} | {} dropped as KernelBench copies |\n", total_files, total_bytes / 1e6,
+                    held_files, contaminated.size());
   write_file_atomic(out / "report.md", md);
   return report;
 }

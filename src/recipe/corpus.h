@@ -7,7 +7,8 @@
 // file equal to a benchmark file, or a Python file that holds a benchmark problem's Model (85%
 // of its normalized 5-grams, as synth's decontamination reads sources), is dropped with the
 // benchmark file it matches. Out: corpus.jsonl ({"text"} rows, what `train sft` pretrains on,
-// with source and path), report.json and report.md (per source: files, bytes, drops, licence).
+// with source and path), corpus-eval.jsonl (a held-out share, for the eval loss), report.json and
+// report.md (per source: files, bytes, held out, drops, licence).
 #pragma once
 
 #include <cstdint>
@@ -40,12 +41,15 @@ struct CorpusOptions {
   std::string decontaminate_dir;      // a KernelBench checkout ("" : none)
   int64_t max_file_bytes = 1 << 20;   // larger files are skipped (generated tables, amalgamations)
   double contamination = 0.85;        // share of a benchmark problem's 5-grams that drops a file
+  // Files held out for the pretraining's eval loss (corpus-eval.jsonl), chosen by their content
+  // hash: the same files for the same corpus.
+  double eval_share = 0.01;
   std::string python = "python3";     // resolves python:module paths
   bool progress = true;
 };
 
 // Reads [[source]] tables (name, path, extensions, license, max_files, synth_dataset, optional) and the
-// top-level max_file_bytes / contamination of a TOML file. Throws mc::Error naming the file
+// top-level max_file_bytes / contamination / eval_share of a TOML file. Throws mc::Error naming the file
 // and the field.
 CorpusOptions load_corpus_config(const std::string& path);
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <ctime>
 #include <fstream>
 #include <regex>
@@ -10,12 +11,12 @@
 #include <sstream>
 
 #include <fmt/format.h>
-#include <toml++/toml.h>
 
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
+#include "common/toml.h"
 #include "eval/toolchain.h"
 
 namespace mc::recipe {
@@ -50,6 +51,11 @@ std::string tail_lines(const std::string& path, int n) {
   return out;
 }
 
+// SIGINT/SIGTERM while a stage runs (a GPU slice's time limit): the stage's command group gets
+// SIGTERM (SIGKILL 30 s later), the stage stays unfinished, and the next run starts it again.
+volatile std::sig_atomic_t g_stop = 0;
+void on_stop(int sig) { g_stop = sig; }
+
 std::string now_utc() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -72,12 +78,7 @@ std::string last_checkpoint(const std::string& dir) {
 }
 
 Recipe load_recipe(const std::string& path) {
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error(str_cat(path, ": not valid TOML (", e.description(), " at line ", e.source().begin.line, ")"));
-  }
+  toml::table t = read_toml(path);
   Recipe r;
   r.path = fs::absolute(path).string();
   if (auto* vars = t["vars"].as_table())
@@ -196,6 +197,9 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     todo.push_back(&s);
   }
   const bool gpu = fs::exists("/dev/nvidia0");
+  g_stop = 0;
+  std::signal(SIGINT, on_stop);
+  std::signal(SIGTERM, on_stop);
   ProgressBar bar("recipe", todo.size(), o.progress);
   std::ofstream stages_log(fs::path(run) / "recipe" / "stages.jsonl", std::ios::app);
   for (const RecipeStage* s : todo) {
@@ -234,6 +238,17 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       for (const auto& [k, v] : s->env) so.env_set[k] = expand(v, values, run);
       so.capture_stdout = so.capture_stderr = false;
       Subprocess p(so);
+      while (p.running() && !g_stop) usleep(100 * 1000);
+      if (g_stop) {
+        p.kill_group(SIGTERM);
+        for (int i = 0; i < 300 && p.running(); ++i) usleep(100 * 1000);
+        p.kill_group(SIGKILL);
+        p.wait();
+        st["stopped"] = str_cat(signal_name(g_stop), " during: ", shown);
+        write_file_atomic(state_path, state.dump(1) + "\n");
+        throw Error(str_cat("recipe stopped by ", signal_name(g_stop), " in stage '", s->name,
+                            "'; it runs again (and resumes) next time"));
+      }
       ExitStatus es = p.wait();
       if (!es.ok()) {
         st["failed"] = shown;
@@ -248,6 +263,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     st["device"] = gpu ? "gpu" : "cpu";
     st["finished_at"] = now_utc();
     st.erase("failed");
+    st.erase("stopped");
     write_file_atomic(state_path, state.dump(1) + "\n");
     stages_log << json{{"stage", s->name}, {"seconds", secs}, {"device", st["device"]}, {"finished_at", st["finished_at"]}}.dump()
                << "\n";

@@ -3,22 +3,14 @@
 #include <cmath>
 #include <set>
 
-#define TOML_HEADER_ONLY 1
-#define TOML_EXCEPTIONS 1
-#include <toml++/toml.h>
-
 #include "common/check.h"
 #include "common/hash.h"
+#include "common/toml.h"
 
 namespace mc::synth {
 
 GeneratorOptions load_generator_options(const std::string& path) {
-  toml::table t;
-  try {
-    t = toml::parse_file(path);
-  } catch (const toml::parse_error& e) {
-    throw Error("weights file " + path + ": " + std::string(e.description()));
-  }
+  toml::table t = read_toml(path, "a TOML weights file");
   GeneratorOptions o;
   auto families = op_families();
   for (auto&& [k, v] : t) {

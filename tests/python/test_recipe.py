@@ -32,7 +32,8 @@ def read_jsonl(path):
 def test_tiny_recipe_end_to_end(tmp_path):
     run = tmp_path / "run"
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
-    stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "rl", "eval-rl", "report"]
+    stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "eval-rft", "rl", "eval-rl",
+              "rl-no-mirrorpop", "report"]
     state = json.load(open(run / "recipe" / "state.json"))
     assert [s for s in stages if state["stages"][s]["done"]] == stages, state
     assert all(state["stages"][s]["seconds"] > 0 for s in stages)
@@ -48,6 +49,9 @@ def test_tiny_recipe_end_to_end(tmp_path):
     by = {s["name"]: s for s in rep["sources"]}
     assert by["synth"]["files"] > 0 and by["musacoder-headers"]["files"] > 0
     assert all(s["license"] for s in rep["sources"]) and rep["benchmark_files"] > 0
+    assert rep["held_out_files"] > 0 and read_jsonl(run / "corpus" / "corpus-eval.jsonl")
+    # pretraining reports its eval loss on the held-out corpus files
+    assert [m for m in read_jsonl(run / "pretrain" / "metrics.jsonl") if "eval_loss" in m]
     # tokenizer: ChatML tokens; the C++ tokenizer reads it with the ids of `tokenizers`.
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(str(run / "tokenizer" / "tokenizer.json"))
@@ -70,11 +74,11 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert json.load(open(run / "rft" / "report.json"))["repair"]["per_problem"] == 1
     assert [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
     # evaluation after sft and after rl, by bench-model, on the held-out problems.
-    for e in ("sft", "rl"):
+    for e in ("sft", "rft", "rl", "rl-no-mirrorpop"):
         assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)
     # The report: both evaluations in order, as a table and a chart; the LM curves.
     md = open(run / "report" / "stages.md").read()
-    assert "| 1 | " + str(run / "eval" / "sft") in md and "| 2 | " + str(run / "eval" / "rl") in md
+    assert "| 1 | " + str(run / "eval" / "sft") in md and "| 4 | " + str(run / "eval" / "rl-no-mirrorpop") in md
     for svg in ("stages.svg", "lm-curves.svg"):
         assert open(run / "report" / svg).read().startswith("<svg")
     # Again: every stage finished, so nothing runs.
@@ -93,7 +97,7 @@ def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
     (src / "own.py").write_text("def square(x):\n    return x * x\n")
     (src / "skip.txt").write_text("not taken: wrong ending\n")
     cfg = tmp_path / "corpus.toml"
-    cfg.write_text(f'[[source]]\nname = "local"\npath = "$SRC_DIR"\nextensions = [".h", ".py"]\nlicense = "MIT"\n')
+    cfg.write_text('eval_share = 0\n[[source]]\nname = "local"\npath = "$SRC_DIR"\nextensions = [".h", ".py"]\nlicense = "MIT"\n')
     out = tmp_path / "out"
     mc("corpus", "--config", cfg, "--out", out, "--decontaminate", os.path.join(ROOT, "tests", "cases", "problems"),
        "--no-progress", env={"SRC_DIR": str(src)})
@@ -105,7 +109,8 @@ def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
     assert s["dropped"] == {"binary": 1, "duplicate": 1, "kernelbench_copy": 1, "kernelbench_near_copy": 1}
     rules = {os.path.basename(c["path"]): (c["rule"], os.path.basename(c["benchmark"])) for c in rep["contaminated"]}
     assert rules == {"copy.py": ("copy", "1_Add.py"), "embeds.py": ("near_copy", "1_Add.py")}
-    assert "| local | MIT | 2 |" in open(out / "report.md").read()
+    assert "| local | MIT | 2 | 0.00 | 0 |" in open(out / "report.md").read()
+    assert (out / "corpus-eval.jsonl").read_text() == ""
     # Errors name what is wrong.
     r = mc("corpus", "--config", cfg, "--out", out, check=False, env={"SRC_DIR": ""})
     assert r.returncode == 2 and "$SRC_DIR is not set" in r.stderr, r.stderr
@@ -163,3 +168,25 @@ def test_recipe_errors_name_the_stage(tmp_path):
     recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{last:nowhere}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run5", check=False)
     assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
+
+
+def test_a_stopped_recipe_leaves_its_stage_unfinished(tmp_path):
+    """SIGTERM (a GPU slice's time limit) stops the stage's commands and leaves the stage to run
+    again next time; nothing keeps running."""
+    import signal
+    import time
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[stage]]\nname = "long"\ncommands = [["sh", "-c", "sleep 31.7; echo done"]]\n')
+    p = subprocess.Popen([BINARY, "recipe", str(recipe), "--out", str(tmp_path / "run"), "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 2 and "recipe stopped by SIGTERM in stage 'long'" in err, err
+    assert time.time() - t0 < 10
+    state = json.load(open(tmp_path / "run" / "recipe" / "state.json"))
+    assert not state["stages"]["long"]["done"] and "SIGTERM" in state["stages"]["long"]["stopped"]
+    time.sleep(0.5)
+    left = subprocess.run(["pgrep", "-f", "sleep 31.7"], capture_output=True, text=True).stdout.split()
+    assert not left, left
