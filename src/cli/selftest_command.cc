@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <fstream>
 #include <set>
@@ -27,7 +28,25 @@ struct SelftestCommand::Impl {
   int negatives = 3;  // problems per level that also get the negative controls
   int limit = 0;      // problems per level (0: all)
   bool resume = false;  // keep the rows already in --out, judge only what is missing
+  std::vector<std::string> redo;  // with --resume: rows to judge again (see --redo)
 };
+
+namespace {
+
+// Whether a kept row is to be judged again: an item names a variant ("half"), a group
+// ("negatives", "honest"), a problem (its key "L3/2_ShallowWideMLP" or stem), or one candidate
+// ("L3/44_MiniGPTBlock:reorder").
+bool redo_row(const std::vector<std::string>& items, const std::string& key, const std::string& variant) {
+  const std::string stem = key.substr(key.find('/') == std::string::npos ? 0 : key.find('/') + 1);
+  for (const auto& it : items) {
+    if (it == variant || it == key || it == stem || it == key + ":" + variant || it == stem + ":" + variant) return true;
+    if (it == "negatives" && eval::selftest_is_negative(variant)) return true;
+    if (it == "honest" && !eval::selftest_is_negative(variant)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
@@ -45,6 +64,10 @@ SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()
   m.cmd->add_flag("--resume", m.resume,
                   "keep the rows already in --out and judge only the candidates they lack (runs "
                   "split over several slices of GPU time)");
+  m.cmd->add_option("--redo", m.redo,
+                    "with --resume, judge these rows again: variants (half), negatives, honest, problems "
+                    "(L3/2_ShallowWideMLP) or candidates (L3/44_MiniGPTBlock:reorder), comma-separated")
+      ->delimiter(',');
   m.cmd->add_option("--trial-timeout", m.o.cfg.trial_timeout_s, "cap in seconds per correctness trial")
       ->capture_default_str();
 }
@@ -83,6 +106,17 @@ std::optional<int> SelftestCommand::run() {
   std::vector<eval::EvalResult> all;
   std::set<std::pair<std::string, std::string>> done;  // (problem key, variant)
   nlohmann::json wall_so_far = nlohmann::json::object();  // seconds per level over every slice
+  MC_CHECK(m.redo.empty() || m.resume, "--redo applies to the rows of a run: give --resume too");
+  for (const auto& it : m.redo) {
+    const bool variant = it == "negatives" || it == "honest" ||
+                         std::count(eval::kSelftestHonest.begin(), eval::kSelftestHonest.end(), it) ||
+                         eval::selftest_is_negative(it);
+    const bool named = !it.empty() && (std::isdigit(static_cast<unsigned char>(it[0])) ||
+                                       it.find('/') != std::string::npos || it.find(':') != std::string::npos);
+    MC_CHECK(variant || named, "--redo: '", it, "' is no variant (",
+             "fp64, reorder, renamed, constant, half, off_by_one, negatives, honest), problem or candidate");
+  }
+  int redone = 0;
   if (m.resume && fs::exists(rows_path)) {
     std::ifstream in(rows_path);
     int lineno = 0;
@@ -92,6 +126,10 @@ std::optional<int> SelftestCommand::run() {
       try {
         auto r = eval::result_from_json(nlohmann::json::parse(line));
         if (r.is_infra()) continue;  // judged again: an infra error is never a verdict
+        if (redo_row(m.redo, r.problem_key, r.sample_id)) {
+          ++redone;
+          continue;
+        }
         done.insert({r.problem_key, r.sample_id});
         all.push_back(std::move(r));
       } catch (const std::exception& e) {  // a row cut short by a killed run
@@ -99,7 +137,8 @@ std::optional<int> SelftestCommand::run() {
       }
     }
     if (fs::exists(wall_path)) wall_so_far = nlohmann::json::parse(read_file(wall_path));
-    fmt::print(stderr, "selftest: resuming with {} rows already judged\n", all.size());
+    fmt::print(stderr, "selftest: resuming with {} rows already judged ({} to judge again: --redo)\n", all.size(),
+               redone);
   }
   {  // rewrite without the infra rows and cut lines, so the file holds one row per candidate
     std::string kept;

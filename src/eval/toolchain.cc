@@ -9,6 +9,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/subprocess.h"
+#include "eval/backend.h"
 
 #ifndef MUSACODER_SOURCE_DIR
 #define MUSACODER_SOURCE_DIR "."
@@ -127,17 +128,29 @@ std::vector<std::string> missing_musa_toolchain(const std::string& python) {
   return missing;
 }
 
-void require_backend(const std::string& backend) {
+void require_backend(const std::string& name) {
   const std::string python = env_or("MUSACODER_PYTHON", "python3");
-  if (backend == "cuda") return;
-  MC_CHECK(backend == "musa", "--backend must be cuda or musa, got '", backend, "'");
+  const Backend& b = backend(name);  // an unknown name is refused here
+  if (name == "cuda") return;
+  // What the judge for this backend would use, from src/eval/backends.toml.
+  auto join = [](const std::vector<std::string>& v) {
+    std::string s;
+    for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+    return s;
+  };
+  auto list = [&](const char* k) { return b.lists.count(k) ? join(b.lists.at(k)) : std::string("-"); };
+  const std::string uses = str_cat("\nit would use (src/eval/backends.toml, from ", b.at("source"), "): compiler ",
+                                   b.at("compiler"), " (", list("compiler_search"), "), ", b.at("arch_flag"), ", device '",
+                                   b.at("device"), "' through ", b.at("torch_module"), " (import ", b.at("torch_import"),
+                                   "), runtime ", b.at("runtime_library"), ", vendor libraries ", list("vendor_libraries"),
+                                   " (allowed only with --allow)");
   auto missing = missing_musa_toolchain(python);
   std::string why;
   for (const auto& m : missing) why += "\n  - " + m;
-  MC_CHECK(missing.empty(), "--backend musa needs a MUSA toolchain, and this machine lacks:", why,
+  MC_CHECK(missing.empty(), "--backend musa needs a MUSA toolchain, and this machine lacks:", why, uses,
            "\n(nothing falls back to CUDA; docs/musa.md)");
   throw Error("--backend musa: the MUSA toolchain is here, but MooreEval's MUSA judge (mcc builds, "
-              "torch_musa timing, muBLAS/muDNN legality) is not built yet; docs/musa.md says what is");
+              "torch_musa timing, muBLAS/muDNN legality) is not built yet; docs/musa.md says what is" + uses);
 }
 
 }  // namespace mc::eval

@@ -386,4 +386,17 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   auto again = nlohmann::json::parse(mc::read_file(out + "/report.json"));
   EXPECT_EQ(again["all"]["honest_accepted"], all["honest_accepted"]);
   EXPECT_EQ(again["all"]["negatives_rejected"], all["negatives_rejected"]);
+  // --redo judges chosen rows again (a tolerance change: the negatives), the rest are kept.
+  o.argv.insert(o.argv.end(), {"--redo", "negatives"});
+  r = mc::run_command(o, 600000);
+  ASSERT_TRUE(r.status.ok()) << r.out << r.err;
+  EXPECT_NE(r.err.find("(3 to judge again: --redo)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("3 candidates to judge"), std::string::npos) << r.err;
+  auto redone = nlohmann::json::parse(mc::read_file(out + "/report.json"));
+  EXPECT_EQ(redone["all"]["negatives_rejected"], all["negatives_rejected"]);
+  EXPECT_EQ(redone["all"]["honest_judged"], all["honest_judged"]);
+  o.argv.back() = "halfs";
+  r = mc::run_command(o, 60000);
+  EXPECT_EQ(r.status.exit_code, 2);
+  EXPECT_NE(r.err.find("--redo: 'halfs' is no variant"), std::string::npos) << r.err;
 }

@@ -2,6 +2,7 @@
 // of each unsafe construct (and none on a clean kernel), the round trip CUDA -> MUSA -> CUDA on
 // every CUDA source the project verifies, the Python side of KernelBench problems and solutions,
 // user rule files, and clear errors for malformed ones. All on the CPU: no MUSA toolchain here.
+#include "eval/backend.h"
 #include "port/porter.h"
 
 #include <gtest/gtest.h>
@@ -254,7 +255,38 @@ TEST(Port, BackendMusaWithoutItsToolchainIsRefused) {
     EXPECT_NE(r.err.find("--backend musa"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("mcc"), std::string::npos) << r.err;
     EXPECT_NE(r.err.find("torch_musa"), std::string::npos) << r.err;
+    // ... and what the MUSA judge would use, from src/eval/backends.toml.
+    EXPECT_NE(r.err.find("--offload-arch=mp_{arch}"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("runtime musart"), std::string::npos) << r.err;
     EXPECT_FALSE(mc::fs::exists(out)) << "rows were written: something was judged";
+  }
+}
+
+// The backend table is data: both backends have the fields a judge needs, every musa fact
+// cites torch_musa (file and lines), and a malformed table is named.
+TEST(Backends, TableLoadsAndMusaRowsCiteTheirSource) {
+  auto t = mc::eval::load_backends();
+  ASSERT_TRUE(t.count("cuda") && t.count("musa"));
+  EXPECT_EQ(t.at("cuda").at("compiler"), "nvcc");
+  EXPECT_EQ(t.at("cuda").at("device"), "cuda");
+  const auto& m = t.at("musa");
+  EXPECT_EQ(m.at("compiler"), "mcc");
+  EXPECT_EQ(m.at("device"), "musa");
+  EXPECT_EQ(m.at("source_ext"), ".mu");
+  for (const auto& [k, v] : m.fields)
+    if (k.size() > 7 && k.compare(k.size() - 7, 7, "_source") == 0)
+      EXPECT_TRUE(v.rfind("torch_musa/", 0) == 0 || v.rfind("TORCH_MUSA", 0) == 0) << k << ": " << v;
+  for (const char* cited : {"compiler_source", "arch_source", "device_source", "link_source", "stream_source",
+                            "vendor_source", "ext_source"})
+    EXPECT_TRUE(m.fields.count(cited)) << cited;
+  EXPECT_THROW(mc::eval::backend("rocm"), mc::Error);
+  mc::TempDir dir;
+  mc::write_file_atomic(dir.path() / "b.toml", "[cuda]\ncompiler = \"nvcc\"\n");
+  try {
+    mc::eval::load_backends((dir.path() / "b.toml").string());
+    ADD_FAILURE() << "accepted a backend without a device";
+  } catch (const mc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[cuda] has no 'device'"), std::string::npos) << e.what();
   }
 }
 
