@@ -110,8 +110,10 @@ class Zygote:
         in_fd, out_fd, log_fd, status_fd = fds
         # SIGCHLD waits until the pid is registered: a child that dies at once is still reported.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        zygote = os.getpid()
         pid = os.fork()
         if pid == 0:
+            die_with_parent(zygote)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
             code = 0
             try:
@@ -167,6 +169,20 @@ class Zygote:
                     os.close(fd)
                 reply = {"op": "error", "error": f"bad request {str(msg)[:200]}"}
             self.sock.send(json.dumps(reply).encode())
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(parent):
+    """SIGKILL to this process when the zygote exits (the zygote exits when its judge is gone):
+    a candidate whose judge was killed outright (an executor SIGKILLed, the OOM killer) must not
+    run on, a hanging one spinning a core forever. The zygote forks from its only thread, so the
+    signal comes at its exit and not before."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the zygote died before the line above
+        os._exit(1)
 
 
 def fork_is_poisoned():

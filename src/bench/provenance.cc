@@ -35,6 +35,38 @@ bool same_benchmark(const fs::path& a, const fs::path& b) {
   return ca == cb || ca.starts_with(cb + "/") || cb.starts_with(ca + "/");
 }
 
+// A folder's `musacoder synth` report.json (one with "families"), else null.
+json synth_report(const fs::path& dir) {
+  fs::path report = dir / "report.json";
+  json r = fs::exists(report) ? json::parse(read_file(report), nullptr, false) : json();
+  return r.is_object() && r.contains("families") ? r : json();
+}
+
+// The `musacoder synth` folder behind a training file: its own folder, or, for `musacoder rft`'s
+// dataset and repair rows, the folder of the problems that run sampled from (its report.json's
+// problems_source). Empty where neither is one.
+fs::path synth_folder(const fs::path& data_file) {
+  const fs::path dir = data_file.parent_path();
+  if (!synth_report(dir).is_null()) return dir;
+  json j = fs::exists(dir / "report.json") ? json::parse(read_file(dir / "report.json"), nullptr, false) : json();
+  if (j.is_object() && j.contains("problems_source") && j["problems_source"].is_string()) {
+    fs::path src = fs::path(j["problems_source"].get<std::string>()).parent_path();
+    if (!synth_report(src).is_null()) return src;
+  }
+  return {};
+}
+
+// What the evaluated problems were decontaminated against, when `musacoder synth` made them
+// (a problems.jsonl or its problems/ folder): "" otherwise.
+std::string eval_set_against(const std::string& problems) {
+  fs::path p(problems);
+  for (const fs::path& dir : {fs::is_directory(p) ? p : p.parent_path(), p.parent_path()}) {
+    json r = synth_report(dir);
+    if (!r.is_null() && r.contains("decontamination")) return r["decontamination"].value("benchmark", "");
+  }
+  return "";
+}
+
 }  // namespace
 
 json decontamination_note(const std::string& model_dir, const std::string& problems) {
@@ -52,12 +84,17 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
     if (f.contains("problems") && f["problems"].is_string()) data.push_back(f["problems"]);
   }
   if (data.empty()) return note("unknown", state.string() + " names no training data.");
-  int clean = 0, other = 0, dirty = 0, unknown = 0;
+  int clean = 0, kept_out = 0, other = 0, dirty = 0, unknown = 0;
   std::string others;
+  // Held-out problems synthesized against the training problems (`synth --decontaminate
+  // TRAIN/problems`, as the recipe makes them) are clean the other way round.
+  const std::string eval_against = eval_set_against(problems);
   for (const auto& d : data) {
-    fs::path report = fs::path(d.get<std::string>()).parent_path() / "report.json";
-    json r = fs::exists(report) ? json::parse(read_file(report), nullptr, false) : json();
-    if (!r.is_object() || !r.contains("families")) {  // not a `musacoder synth` report
+    const fs::path train_dir = synth_folder(d.get<std::string>());
+    const json r = train_dir.empty() ? json() : synth_report(train_dir);
+    if (!eval_against.empty() && !train_dir.empty() && same_benchmark(eval_against, train_dir)) {
+      ++kept_out;
+    } else if (r.is_null()) {  // not a `musacoder synth` report
       ++unknown;
     } else if (!r.contains("decontamination")) {
       ++dirty;
@@ -72,7 +109,12 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   if (dirty) return note("not_decontaminated", files + ": synthesized without --decontaminate.", data);
   if (other) return note("other_benchmark", files + ": decontaminated against " + others + ", not against " + problems + ".", data);
   if (unknown) return note("unknown", files + ": " + std::to_string(unknown) + " of them without a `musacoder synth` report.", data);
-  return note("decontaminated", files + ": all synthesized by `musacoder synth --decontaminate` against these problems.", data);
+  std::string how;
+  if (clean) how = std::to_string(clean) + " synthesized by `musacoder synth --decontaminate` against these problems";
+  if (kept_out)
+    how += (how.empty() ? "" : "; ") + std::to_string(kept_out) + " kept out of them: the evaluated problems were "
+           "synthesized with --decontaminate against " + eval_against;
+  return note("decontaminated", files + ": " + how + ".", data);
 }
 
 }  // namespace mc::bench

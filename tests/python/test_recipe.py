@@ -76,6 +76,10 @@ def test_tiny_recipe_end_to_end(tmp_path):
     # evaluation after sft and after rl, by bench-model, on the held-out problems.
     for e in ("sft", "rft", "rl", "rl-no-mirrorpop"):
         assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)
+        # The held-out problems were synthesized against the training problems: the report says
+        # so, following rft's rows back to the problems they were sampled from.
+        d = json.load(open(run / "eval" / e / "report.json"))["decontamination"]
+        assert d["status"] == "decontaminated" and "kept out of them" in d["text"], (e, d)
     # The report: both evaluations in order, as a table and a chart; the LM curves.
     md = open(run / "report" / "stages.md").read()
     assert "| 1 | " + str(run / "eval" / "sft") in md and "| 4 | " + str(run / "eval" / "rl-no-mirrorpop") in md

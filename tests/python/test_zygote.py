@@ -95,3 +95,34 @@ def test_a_child_of_the_sandboxed_zygote_writes_its_own_proc_entry_only(tmp_path
         c.kill()
     finally:
         z.close()
+
+
+def test_forked_candidates_die_with_the_zygote(tmp_path):
+    """A judge killed outright takes its zygote with it (EOF on the control socket); the zygote's
+    children must not outlive it: a hanging candidate would spin a core forever (seen after a
+    killed test run)."""
+    import time
+    z = Zygote([], sys.executable, HARNESS, "cpu", str(tmp_path))
+    try:
+        c = ForkedCandidateProc(z, str(tmp_path / "cand-1"), 120)
+        c.wait_ready(120)
+        os.kill(z.proc.pid, signal.SIGKILL)
+        z.proc.wait(30)
+        def alive(pid):  # a zombie (killed, not yet reaped by whoever adopted it) is gone
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+            except FileNotFoundError:
+                return False
+        for _ in range(100):
+            if not alive(c.pid):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"candidate {c.pid} outlived its zygote")
+    finally:
+        try:
+            os.killpg(c.pid, signal.SIGKILL)
+        except (ProcessLookupError, UnboundLocalError, PermissionError):
+            pass
+        z.close()
