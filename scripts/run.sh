@@ -2,7 +2,11 @@
 # The main job: set up, build, and verify the bundled candidate kernels against their
 # KernelBench-format problems with MooreEval, on embedded defaults (no service to install).
 # With a GPU: the CUDA candidates, timed against eager PyTorch. Without one: the CPU-mode
-# candidates (C++ extensions judged on the CPU), so the whole pipeline still runs.
+# candidates (C++ extensions judged on the CPU), so the whole pipeline still runs. Then the
+# training recipe in miniature (recipes/tiny: synth, corpus, tokenizer, a model pretrained,
+# SFT, RFT, RL, evaluated after each; under a minute on the CPU) into results/recipe-tiny;
+# RECIPE=small runs the one-GPU recipe instead (hours, resumable: run again to continue),
+# RECIPE=none skips it.
 # Extra arguments go to `musacoder eval` (e.g. --problems DIR --solutions DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,3 +22,10 @@ else
   build/musacoder eval --problems tests/cases/problems --solutions examples/cpu \
     --device cpu --timing-budget 0.3 --trial-timeout 10 --out results/eval.jsonl
 fi
+case ${RECIPE:-tiny} in
+  none) ;;
+  tiny|small)
+    echo "the training recipe, recipes/${RECIPE:-tiny} (docs/recipe.md): results/recipe-${RECIPE:-tiny}"
+    build/musacoder recipe "recipes/${RECIPE:-tiny}/recipe.toml" --out "results/recipe-${RECIPE:-tiny}" ;;
+  *) echo "RECIPE must be tiny, small or none" >&2; exit 2 ;;
+esac

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/check.h"
 #include "recipe/runner.h"
 
@@ -54,17 +56,19 @@ std::optional<int> RecipeCommand::run() {
   m.o.only = m.stages;
   m.o.progress = !m.no_progress;
   auto state = recipe::run_recipe(r, m.o);
-  fmt::print("{:<14} {:>10} {:>8}  {}\n", "stage", "seconds", "device", "finished");
+  size_t w = 5;
+  for (const auto& s : r.stages) w = std::max(w, s.name.size());
+  fmt::print("{:<{}} {:>10} {:>8}  {}\n", "stage", w, "seconds", "device", "finished");
   double total = 0;
   for (const auto& s : r.stages) {
     if (!state["stages"].contains(s.name)) continue;
     const auto& st = state["stages"][s.name];
     if (!st.value("done", false)) continue;
     total += st.value("seconds", 0.0);
-    fmt::print("{:<14} {:>10.1f} {:>8}  {}\n", s.name, st.value("seconds", 0.0), st.value("device", ""),
+    fmt::print("{:<{}} {:>10.1f} {:>8}  {}\n", s.name, w, st.value("seconds", 0.0), st.value("device", ""),
                st.value("finished_at", ""));
   }
-  fmt::print("{:<14} {:>10.1f}\nrecipe: state in {}/recipe/state.json\n", "all", total, m.o.run_dir);
+  fmt::print("{:<{}} {:>10.1f}\nrecipe: state in {}/recipe/state.json\n", "all", w, total, m.o.run_dir);
   return 0;
 }
 

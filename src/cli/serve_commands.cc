@@ -82,6 +82,7 @@ struct ServeCommands::Impl {
 
   serve::WorkerOptions wopts;
   std::string worker_gpus = "0";
+  std::string worker_backend = "cuda";
 
   serve::ClientOptions copts;
   std::string verify_problems, verify_solutions, verify_out, verify_token_file;
@@ -129,6 +130,7 @@ struct ServeCommands::Impl {
   }
 
   int run_worker() {
+    eval::require_backend(worker_backend);  // musa: refused with what is missing, never judged on CUDA
     wopts.gpus = parse_gpus(worker_gpus);
     if (wopts.cache_dir.empty()) wopts.cache_dir = default_cache_dir();
     wopts.sandbox_exe = self_exe();
@@ -235,6 +237,8 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->capture_default_str();
   w->add_option("--heartbeat-s", m.wopts.heartbeat_s, "heartbeat interval")->capture_default_str();
   w->add_flag("--no-sandbox", [&m](int64_t) { m.wopts.sandbox = false; }, "debugging only");
+  w->add_option("--backend", m.worker_backend, "cuda, or musa (Moore Threads; needs mcc and torch_musa)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
 
   m.verify = app.add_subcommand("verify", "send candidates to a MooreEval server and summarize");
   auto* v = m.verify;

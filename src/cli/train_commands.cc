@@ -6,6 +6,7 @@
 
 #include "cli/run_options.h"
 #include "common/check.h"
+#include "eval/toolchain.h"
 #include "rl/trainer.h"
 #include "train/dataset.h"
 #include "train/sft.h"
@@ -22,7 +23,7 @@ struct TrainCommands::Impl {
   // train rl
   CLI::App* rl = nullptr;
   rl::RlOptions r;
-  std::string verify_device = "cuda", verify_gpus, cache_dir;
+  std::string verify_device = "cuda", verify_gpus, cache_dir, backend = "cuda";
   double rl_bucket_mb = 128;
   bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
   int compile_workers = 0, spares = 0, lanes = 0;
@@ -125,6 +126,8 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--compile-workers", m.compile_workers, "compile threads (0: half the cores)");
   l->add_option("--spares", m.spares, "warm candidate processes per judge (0: default)");
   l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: default)");
+  l->add_option("--backend", m.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
+      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
   l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");
   l->add_option("--save-every", r.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   l->add_option("--keep", r.keep_last, "checkpoints kept")->capture_default_str();
@@ -160,6 +163,7 @@ std::optional<int> TrainCommands::run() {
   if (*m.rl) {
     auto& r = m.r;
     MC_CHECK(m.verify_device == "cuda" || m.verify_device == "cpu", "--verify-device: '", m.verify_device, "' is not cuda or cpu");
+    eval::require_backend(m.backend);  // musa: refused with what is missing, never judged on CUDA
     MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
     r.prime_echo.enabled = !m.no_primeecho;

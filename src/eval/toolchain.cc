@@ -11,10 +11,6 @@
 #include "common/subprocess.h"
 #include "eval/backend.h"
 
-#ifndef MUSACODER_SOURCE_DIR
-#define MUSACODER_SOURCE_DIR "."
-#endif
-
 namespace mc::eval {
 namespace {
 
@@ -26,8 +22,6 @@ std::string env_or(const char* name, const std::string& fallback) {
 std::string first_line(const std::string& s) { return s.substr(0, s.find('\n')); }
 
 }  // namespace
-
-std::string musacoder_home() { return env_or("MUSACODER_HOME", MUSACODER_SOURCE_DIR); }
 
 std::string Toolchain::id() const {
   KeyBuilder k;

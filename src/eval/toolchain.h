@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "common/home.h"
+
 namespace mc::eval {
 
 struct Toolchain {
@@ -36,8 +38,8 @@ struct Toolchain {
 // (MUSACODER_HOME, else the source tree this binary was built from).
 Toolchain discover_toolchain(const std::string& cuda_arch_override = "");
 
-// MusaCoder's installation root (holds python/, include/, docs/).
-std::string musacoder_home();
+// MusaCoder's installation root (common/home.h), as this namespace has always named it.
+using mc::musacoder_home;
 
 // What a MUSA backend would need and this machine lacks, one line each (empty: nothing):
 // mcc under $MUSA_HOME, $MUSA_PATH or /usr/local/musa (as torch_musa's musa_extension.py looks

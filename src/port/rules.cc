@@ -5,6 +5,7 @@
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/home.h"
 #include "common/toml.h"
 
 namespace mc::port {
@@ -86,8 +87,7 @@ void RuleTable::load(const std::string& path) {
 }
 
 std::vector<std::string> builtin_rule_files() {
-  const char* home = std::getenv("MUSACODER_HOME");
-  fs::path root = home && *home ? fs::path(home) : fs::path(MUSACODER_SOURCE_DIR);
+  fs::path root = musacoder_home();
   return {(root / "src" / "port" / "cuda_musa.toml").string(),
           (root / "src" / "port" / "cuda_musa_manual.toml").string()};
 }

@@ -244,7 +244,11 @@ TEST(Port, BackendMusaWithoutItsToolchainIsRefused) {
        {std::vector<std::string>{"eval", "--problems", mc::test::cases_dir() + "/problems", "--solutions",
                                  mc::test::cases_dir() + "/cpu/honest_add.py", "--device", "cpu", "--out", out.string()},
         std::vector<std::string>{"selftest", "--problems", mc::test::cases_dir() + "/problems", "--device", "cpu",
-                                 "--out", (dir.path() / "st").string()}}) {
+                                 "--out", (dir.path() / "st").string()},
+        std::vector<std::string>{"worker", "--redis", "redis://127.0.0.1:1", "--role", "gpu", "--device", "cpu"},
+        std::vector<std::string>{"train", "rl", "--model", (dir.path() / "no-model").string(), "--problems",
+                                 mc::test::cases_dir() + "/problems", "--out", (dir.path() / "rl").string(),
+                                 "--verify-device", "cpu"}}) {
     mc::SubprocessOptions o;
     o.argv = {MUSACODER_BINARY};
     o.argv.insert(o.argv.end(), argv.begin(), argv.end());
