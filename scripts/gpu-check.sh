@@ -3,7 +3,8 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small / rl-small / recipe take several slices and bench-model needs the small model: they are run by name)   BIN=path/to/musacoder (default: build it)
+#   2+ GPUs, and rft-small / rl-small / recipe take several slices, bench-model needs the small model and port-roundtrip
+#   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
@@ -142,6 +143,15 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       done
       tar czf "$OUT/rl-small.tgz" -C "$W" --exclude='*/checkpoints' --exclude=./model --exclude=./sft/checkpoints \
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
+    port-roundtrip)
+      # Issue 18: the GPU suite's cases (and the synth stage's solutions, when it ran first)
+      # ported to MUSA and back, judged beside the originals on this GPU: identical verdicts.
+      syn=""; [ -f "$OUT/synth/dataset.jsonl" ] && syn="--synth $OUT/synth"
+      # shellcheck disable=SC2086
+      python3 bench/port_roundtrip.py --musacoder "$BIN" --out "$OUT/port-roundtrip" $syn --cases \
+        tests/cases/gpu/honest tests/cases/gpu/native tests/cases/gpu/variants tests/cases/hacks tests/cases/faults \
+        > "$OUT/port-roundtrip.log" 2>&1 || rc=1
+      tail -40 "$OUT/port-roundtrip.log" ;;
     recipe)
       # The one-GPU recipe (recipes/small, docs/recipe.md), resumed slice after slice: finished
       # stages are skipped, a stopped one runs again and resumes itself. RECIPE_RUN: the run

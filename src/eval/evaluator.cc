@@ -147,8 +147,13 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   impl_->opts = std::move(opts);
   MC_CHECK(!impl_->opts.cache_dir.empty(), "evaluator needs a cache folder");
   MC_CHECK(!impl_->opts.gpus.empty(), "evaluator needs at least one GPU entry");
+  // Candidates run with their scratch folder as working directory: every path they are handed
+  // (solution files, artifacts) must be absolute. A relative --cache-dir made every honest
+  // candidate a load_error.
+  impl_->opts.cache_dir = fs::absolute(impl_->opts.cache_dir).string();
   if (impl_->opts.scratch_dir.empty())
     impl_->opts.scratch_dir = (fs::path(impl_->opts.cache_dir) / "scratch").string();
+  impl_->opts.scratch_dir = fs::absolute(impl_->opts.scratch_dir).string();
   if (impl_->opts.timing_gate) {
     // One gate per evaluator (several runs may share a cache folder).
     fs::create_directories(impl_->opts.scratch_dir);

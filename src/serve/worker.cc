@@ -254,10 +254,12 @@ void heartbeat_loop(Shared& sh, int slots) {
 
 }  // namespace
 
-long long run_worker(const WorkerOptions& opts, const std::atomic<bool>& stop) {
-  MC_CHECK(opts.role == "compile" || opts.role == "gpu", "--role must be compile or gpu, got '",
-           opts.role, "'");
-  MC_CHECK(!opts.cache_dir.empty(), "worker needs a cache folder");
+long long run_worker(const WorkerOptions& opts_in, const std::atomic<bool>& stop) {
+  MC_CHECK(opts_in.role == "compile" || opts_in.role == "gpu", "--role must be compile or gpu, got '",
+           opts_in.role, "'");
+  MC_CHECK(!opts_in.cache_dir.empty(), "worker needs a cache folder");
+  WorkerOptions opts = opts_in;
+  opts.cache_dir = fs::absolute(opts.cache_dir).string();  // candidates run in their scratch folders
   MC_CHECK(opts.heartbeat_s > 0 && opts.heartbeat_s * 1000 < opts.queue.claim_idle_ms,
            "heartbeat interval must be shorter than the claim idle time");
   Shared sh{opts, opts.name.empty() ? default_worker_name(opts.role) : opts.name, stop, {}, {}, {}, {}, {}};

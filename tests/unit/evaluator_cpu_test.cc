@@ -128,9 +128,14 @@ TEST(EvaluatorCpu, CliWritesOneRowPerProblemAndCandidate) {
   mc::write_file_atomic(dir.path() / "sol" / "2_ReLU.md", "no code here");
   mc::SubprocessOptions o;
   std::string out = (dir.path() / "r.jsonl").string();
+  // The cache folder given relative to the working directory: candidates run in their own
+  // scratch folders, so the judge must hand them absolute paths (a relative one made every
+  // honest candidate a load_error).
+  o.cwd = dir.path().string();
   o.argv = {MUSACODER_BINARY, "eval", "--problems", mc::test::cases_dir() + "/problems",
             "--solutions", (dir.path() / "sol").string(), "--device", "cpu", "--cache-dir",
-            mc::test::test_cache_dir(), "--out", out, "--timing-budget", "0.2", "--no-progress"};
+            mc::fs::relative(mc::test::test_cache_dir(), dir.path()).string(), "--out", out, "--timing-budget", "0.2",
+            "--no-progress"};
   auto r = mc::run_command(o, 600000);
   ASSERT_TRUE(r.status.ok()) << r.err;
   EXPECT_NE(r.out.find("fast_1"), std::string::npos);
