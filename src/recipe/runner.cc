@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <ctime>
 #include <fstream>
 #include <regex>
@@ -165,7 +166,8 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   values["bin"] = bin;
   values["model_bin"] = (fs::path(bin).parent_path() / "musacoder-model").string();
   values["root"] = eval::musacoder_home();
-  values["python"] = "python3";
+  const char* py = std::getenv("MUSACODER_PYTHON");  // the interpreter MooreEval's toolchain uses
+  values["python"] = py && *py ? py : "python3";
   values["recipe"] = fs::path(r.path).parent_path().string();
   for (const auto& [k, v] : r.vars) values["var." + k] = v;
   for (const auto& [k, v] : o.set) {

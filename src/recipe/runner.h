@@ -5,6 +5,7 @@
 //   {run}            the run folder (every artifact lives under it)
 //   {bin}            this musacoder; {model_bin} the musacoder-model beside it
 //   {root}           the project tree (MUSACODER_HOME), {python} the interpreter
+//                    ($MUSACODER_PYTHON, else python3)
 //   {recipe}         the folder of the recipe file
 //   {var.NAME}       a [vars] value (a recipe's sizes and seeds; --set NAME=VALUE overrides)
 //   {last:DIR}       DIR's newest checkpoint (DIR/checkpoints/step-N); an error if it has none

@@ -25,16 +25,16 @@ std::vector<json> repair_rows(const std::vector<FailedAnswer>& failed, const std
     by_problem[f.problem].push_back(&f);
   }
   for (const auto& problem : order) {
-    const auto& fs = by_problem[problem];
+    const auto& fails = by_problem[problem];
     std::vector<const FailedAnswer*> chosen;
     std::set<std::string> verdicts;
     std::set<const FailedAnswer*> taken;
-    for (const auto* f : fs)  // one of each verdict first
+    for (const auto* f : fails)  // one of each verdict first
       if (static_cast<int>(chosen.size()) < per_problem && verdicts.insert(f->verdict).second) {
         chosen.push_back(f);
         taken.insert(f);
       }
-    for (const auto* f : fs)
+    for (const auto* f : fails)
       if (static_cast<int>(chosen.size()) < per_problem && !taken.count(f)) chosen.push_back(f);
     const auto& t = targets[problem];
     for (size_t k = 0; k < chosen.size(); ++k) {
