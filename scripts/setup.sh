@@ -4,7 +4,8 @@
 #   pip: torch==2.11.0 (pinned: the GPU machines run exactly this version; its libtorch is what
 #        the model stack links), numpy, pytest, and the references the model tests compare
 #        against: tokenizers, safetensors, transformers==5.17.0 (the GPU machines' version), and
-#        tensorboard (the trainer's event files are read back with it).
+#        tensorboard (the trainer's event files are read back with it). tokenizers also trains the
+#        recipe's tokenizer (python/musacoder_tools/train_tokenizer.py).
 # Set MUSACODER_SKIP_SETUP=1 to skip (e.g. inside the GPU machine, which has no network).
 set -euo pipefail
 [ "${MUSACODER_SKIP_SETUP:-0}" = 1 ] && exit 0
@@ -29,7 +30,7 @@ need_pip=0
 "$PY" -c 'import numpy, pytest, tokenizers, safetensors, tensorboard' 2>/dev/null || need_pip=1
 "$PY" -c 'import transformers, sys; sys.exit(0 if transformers.__version__ == "5.17.0" else 1)' 2>/dev/null || need_pip=1
 if [ $need_pip = 1 ]; then
-  # tokenizers: the reference the C++ tokenizer's tests compare against.
+  # tokenizers: the reference the C++ tokenizer's tests compare against, and the recipe's trainer.
   echo "setup: installing Python packages (torch==2.11.0, numpy, pytest, tokenizers, safetensors, transformers==5.17.0, tensorboard)"
   "$PY" -m pip install -q torch==2.11.0 numpy pytest tokenizers safetensors transformers==5.17.0 tensorboard
 fi
