@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <vector>
 
 #include "common/fs.h"
 
@@ -60,7 +61,9 @@ fs::path synth_folder(const fs::path& data_file) {
 // (a problems.jsonl or its problems/ folder): "" otherwise.
 std::string eval_set_against(const std::string& problems) {
   fs::path p(problems);
-  for (const fs::path& dir : {fs::is_directory(p) ? p : p.parent_path(), p.parent_path()}) {
+  std::vector<fs::path> dirs = {p.parent_path()};  // a problems.jsonl's folder, or a problems/ folder's parent
+  if (fs::is_directory(p)) dirs.insert(dirs.begin(), p);
+  for (const fs::path& dir : dirs) {
     json r = synth_report(dir);
     if (!r.is_null() && r.contains("decontamination")) return r["decontamination"].value("benchmark", "");
   }

@@ -219,6 +219,44 @@ BenchResult write_report(const ReportInput& in) {
   return {report, t};
 }
 
+namespace {
+
+// A finished bench-model run's headline numbers (its report.json), as compare shows them.
+struct Headline {
+  std::string source;
+  int problems = 0, samples = 1, turns = 1, infra = 0;
+  double pass1_turn1 = 0, pass1 = 0, passk = 0, avgk = 0, fast1 = 0, fast11 = 0, fast1_compile = 0, faster = 0,
+         geomean = 0, correct = 0;
+};
+
+Headline read_headline(const std::string& dir) {
+  fs::path p = fs::path(dir) / "report.json";
+  MC_CHECK(fs::exists(p), "compare: ", dir, " has no report.json (not a finished bench-model run)");
+  json r = json::parse(read_file(p));
+  const json& f = r.at("final");
+  const json& s = r.at("settings");
+  auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
+  Headline h;
+  h.source = r.value("source", "");
+  h.problems = f.value("problems", 0);
+  h.samples = s.value("samples", 1);
+  h.turns = s.value("turns", 1);
+  h.pass1_turn1 = get(r["per_turn"][0]["all"]["pass"], "pass@1");
+  h.pass1 = get(f["pass"], "pass@1");
+  h.passk = get(f["pass"], "pass@" + std::to_string(h.samples));
+  h.avgk = f.value("avg@k", 0.0);
+  h.fast1 = get(f["fast_eager"], "fast_1");
+  h.fast11 = get(f["fast_eager"], "fast_1.1");
+  h.fast1_compile = get(f["fast_compile"], "fast_1");
+  h.faster = f.value("faster", 0.0);
+  h.geomean = f.value("geomean_speedup", 0.0);
+  h.correct = f.value("correct", 0.0);
+  h.infra = f.value("infra_errors", 0);
+  return h;
+}
+
+}  // namespace
+
 std::string compare_runs(const std::vector<std::string>& run_dirs) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
   std::string md = "| # | run | answers from | problems | samples | turns | pass@1 (turn 1) | pass@1 | pass@k | avg@k | fast_1 | "
@@ -226,49 +264,28 @@ std::string compare_runs(const std::vector<std::string>& run_dirs) {
                    "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   int index = 0;
   for (const auto& d : run_dirs) {
-    fs::path p = fs::path(d) / "report.json";
-    MC_CHECK(fs::exists(p), "compare: ", d, " has no report.json (not a finished bench-model run)");
-    json r = json::parse(read_file(p));
-    const json& f = r.at("final");
-    const json& s = r.at("settings");
-    int n = s.value("samples", 1);
-    auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
+    const Headline h = read_headline(d);
     md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n", ++index, d,
-                      r.value("source", ""), f.value("problems", 0), n, s.value("turns", 1),
-                      pct(get(r["per_turn"][0]["all"]["pass"], "pass@1")), pct(get(f["pass"], "pass@1")),
-                      pct(get(f["pass"], "pass@" + std::to_string(n))), pct(f.value("avg@k", 0.0)),
-                      pct(get(f["fast_eager"], "fast_1")), pct(get(f["fast_eager"], "fast_1.1")),
-                      pct(get(f["fast_compile"], "fast_1")), pct(f.value("faster", 0.0)), f.value("geomean_speedup", 0.0),
-                      pct(f.value("correct", 0.0)), f.value("infra_errors", 0));
+                      h.source, h.problems, h.samples, h.turns, pct(h.pass1_turn1), pct(h.pass1), pct(h.passk),
+                      pct(h.avgk), pct(h.fast1), pct(h.fast11), pct(h.fast1_compile), pct(h.faster), h.geomean,
+                      pct(h.correct), h.infra);
   }
   return md;
 }
 
 std::string compare_svg(const std::vector<std::string>& run_dirs) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
-  report::Panel pass{"pass rates by run (x: the runs in the order given, as the table's #)", "run", {}};
-  report::Panel speed{"speed by run", "run", {}};
-  std::vector<report::Series> p = {{"pass@1, turn 1", {}, {}}, {"pass@1, last turn", {}, {}}, {"pass@k", {}, {}},
-                                   {"avg@k", {}, {}}};
-  std::vector<report::Series> v = {{"fast_1 vs eager", {}, {}}, {"fast_1 vs torch.compile", {}, {}}, {"Faster", {}, {}}};
+  report::Panel pass{"pass rates by run (x: the runs in the order given, as the table's #) (%)", "run", {}};
+  report::Panel speed{"speed by run (%)", "run", {}};
+  pass.series = {{"pass@1, turn 1", {}, {}}, {"pass@1, last turn", {}, {}}, {"pass@k", {}, {}}, {"avg@k", {}, {}}};
+  speed.series = {{"fast_1 vs eager", {}, {}}, {"fast_1 vs torch.compile", {}, {}}, {"Faster", {}, {}}};
   for (size_t i = 0; i < run_dirs.size(); ++i) {
-    fs::path f = fs::path(run_dirs[i]) / "report.json";
-    MC_CHECK(fs::exists(f), "compare: ", run_dirs[i], " has no report.json (not a finished bench-model run)");
-    json r = json::parse(read_file(f));
-    const json& fin = r.at("final");
-    int n = r.at("settings").value("samples", 1);
-    auto get = [](const json& j, const std::string& k) { return j.contains(k) ? j[k].get<double>() : 0.0; };
-    double x = static_cast<double>(i + 1);
-    double ys[] = {get(r["per_turn"][0]["all"]["pass"], "pass@1"), get(fin["pass"], "pass@1"),
-                   get(fin["pass"], "pass@" + std::to_string(n)), fin.value("avg@k", 0.0)};
-    for (size_t k = 0; k < p.size(); ++k) p[k].x.push_back(x), p[k].y.push_back(100 * ys[k]);
-    double zs[] = {get(fin["fast_eager"], "fast_1"), get(fin["fast_compile"], "fast_1"), fin.value("faster", 0.0)};
-    for (size_t k = 0; k < v.size(); ++k) v[k].x.push_back(x), v[k].y.push_back(100 * zs[k]);
+    const Headline h = read_headline(run_dirs[i]);
+    const double x = static_cast<double>(i + 1);
+    const double ys[] = {h.pass1_turn1, h.pass1, h.passk, h.avgk}, zs[] = {h.fast1, h.fast1_compile, h.faster};
+    for (size_t k = 0; k < pass.series.size(); ++k) pass.series[k].x.push_back(x), pass.series[k].y.push_back(100 * ys[k]);
+    for (size_t k = 0; k < speed.series.size(); ++k) speed.series[k].x.push_back(x), speed.series[k].y.push_back(100 * zs[k]);
   }
-  pass.series = p;
-  speed.series = v;
-  pass.title += " (%)";
-  speed.title += " (%)";
   return report::render_svg({pass, speed}, 2);
 }
 
