@@ -18,10 +18,16 @@ using namespace mc::eval;
 namespace {
 
 // Judges on the CPU, candidates sandboxed by the built musacoder, the tests' compile cache.
+// Each test has its own scratch folder, and with it its own lane lock: ctest runs tests side by
+// side, and judges that share a lock share the "device" (one test's timer waiting would preempt
+// another test's trials, as it should between evaluators of one real GPU).
 EvaluatorOptions cpu_options() {
   EvaluatorOptions o;
   o.device = "cpu";
   o.cache_dir = mc::test::test_cache_dir();
+  o.scratch_dir = (mc::fs::path(o.cache_dir) /
+                   ("scratch-" + std::string(::testing::UnitTest::GetInstance()->current_test_info()->name())))
+                      .string();
   o.sandbox_exe = MUSACODER_BINARY;
   o.progress = false;
   return o;
