@@ -44,7 +44,7 @@ struct TurnRecord {
 // The problems of the run with the prompt each is asked with.
 std::vector<BenchProblem> load_set(const BenchOptions& o) {
   MC_CHECK(fs::exists(o.problems), "--problems: no folder or file ", o.problems);
-  auto tasks = synth::load_tasks(o.problems, o.format, 0);
+  auto tasks = synth::load_tasks(o.problems, o.format, 0, o.backend);
   std::set<int> found;
   for (const auto& t : tasks) found.insert(t.level);
   for (int l : o.levels) {
@@ -71,7 +71,7 @@ std::vector<BenchProblem> load_set(const BenchOptions& o) {
       if (hit.empty()) continue;
       matched.insert(hit);
     }
-    BenchProblem b{t.problem, t.level, o.prompt == "kernelbench" ? kernelbench_prompt(t.problem->source, o.eval_config.precision)
+    BenchProblem b{t.problem, t.level, o.prompt == "kernelbench" ? kernelbench_prompt(t.problem->source, o.eval_config.precision, o.backend)
                                                                   : t.prompt};
     out.push_back(std::move(b));
   }
@@ -113,6 +113,7 @@ json run_settings(const BenchOptions& o, const std::vector<BenchProblem>& set) {
           {"seed", o.sampling.seed},
           {"prompt", o.prompt == "kernelbench" ? kKernelBenchPromptName : "musacoder task prompt (synth/prompt.cc)"},
           {"format", o.format},
+          {"backend", o.backend},
           {"eval_config", o.eval_config.config_hash()}};
 }
 

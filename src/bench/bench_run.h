@@ -49,6 +49,7 @@ struct BenchOptions {
   Sampling sampling;
   std::string prompt = "kernelbench";  // kernelbench (KernelBench's own) | musacoder (synth's task prompt)
   std::string format;                  // kernelbench | native ("" : kernelbench for the KernelBench prompt)
+  std::string backend = "cuda";        // the kernels the prompts ask for: cuda | musa
   // Verification.
   std::string verifier_url, verifier_token;  // "" : MooreEval in this process
   eval::EvalConfig eval_config;

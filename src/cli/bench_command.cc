@@ -105,6 +105,7 @@ std::optional<int> BenchCommand::run() {
   }
   m.o.evaluator = evaluator_options(m.run);
   m.o.eval_config = m.run.cfg;
+  m.o.backend = m.run.backend;
   m.o.progress = !m.run.no_progress;
   m.o.model_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
   auto r = bench::run_bench(m.o);

@@ -66,6 +66,7 @@ std::optional<int> RftCommand::run() {
   m.o.evaluator = evaluator_options(m.run);
   m.o.evaluator.progress = false;  // rft draws one bar for the whole verification
   m.o.eval_config = m.run.cfg;
+  m.o.backend = m.run.backend;
   m.o.progress = !m.run.no_progress;
   m.o.model_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
   auto r = rft::run_rft(m.o);

@@ -224,6 +224,8 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   w->add_option("--role", m.wopts.role, "compile or gpu")->required()
       ->check(CLI::IsMember({"compile", "gpu"}));
   w->add_option("--gpus", m.worker_gpus, "GPU indices (gpu role)")->capture_default_str();
+  w->add_option("--lanes", m.wopts.lanes, "judges per GPU (gpu role): correctness trials of several candidates at "
+                "once, timing alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   w->add_option("--device", m.wopts.device, "cuda, or cpu (tests)")->capture_default_str()
       ->check(CLI::IsMember({"cuda", "cpu"}));
   w->add_option("--threads", m.wopts.threads, "distinct builds at once (0: cores/2); twice as many jobs are taken");

@@ -164,6 +164,7 @@ std::optional<int> TrainCommands::run() {
     auto& r = m.r;
     MC_CHECK(m.verify_device == "cuda" || m.verify_device == "cpu", "--verify-device: '", m.verify_device, "' is not cuda or cpu");
     eval::require_backend(m.backend);  // musa: refused with what is missing, never judged on CUDA
+    r.backend = m.backend;
     MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
     r.prime_echo.enabled = !m.no_primeecho;

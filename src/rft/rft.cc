@@ -212,7 +212,7 @@ RftResult run_rft(const RftOptions& o) {
   }
   fs::remove(out / ".write-test");
 
-  auto problems = synth::load_tasks(o.problems, o.format, o.level);  // step 1
+  auto problems = synth::load_tasks(o.problems, o.format, o.level, o.backend);  // step 1
   std::map<std::string, const RftProblem*> by_key;
   for (const auto& p : problems) by_key[p.problem->key] = &p;
   auto cands = sample_answers(o, problems);

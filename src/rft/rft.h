@@ -34,6 +34,7 @@ struct RftOptions {
   std::string out_dir;
   int samples = 8;           // K answers per problem
   std::string format = "native";  // the solution format the prompt asks for: native | kernelbench
+  std::string backend = "cuda";   // the kernels the prompt asks for (synth::load_tasks)
   // Sampling (passed to musacoder-model generate).
   double temperature = 1.0, top_p = 1.0;
   int max_new_tokens = 4096, max_batch = 256;

@@ -185,7 +185,7 @@ RlResult run_rl(const RlOptions& o) {
 
   // The tasks, and the verifier, before anything heavy: their errors are the likely ones.
   auto tok = tok::BpeTokenizer::from_file((fs::path(o.model_dir) / "tokenizer.json").string());
-  auto all_tasks = synth::load_tasks(o.problems, o.format, o.level);
+  auto all_tasks = synth::load_tasks(o.problems, o.format, o.level, o.backend);
   std::vector<synth::Task> tasks;
   size_t too_long = 0;
   for (auto& t : all_tasks) {

@@ -33,6 +33,7 @@ namespace mc::rl {
 struct RlOptions {
   std::string model_dir, problems, out_dir;
   std::string format = "native";  // the solution format prompts ask for
+  std::string backend = "cuda";   // the kernels prompts ask for (synth::load_tasks)
   int level = 0;                  // 0: every level
   std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
   // Batch.

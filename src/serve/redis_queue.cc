@@ -179,6 +179,16 @@ void RedisQueue::forward_to_gpu(const Delivery& d, const nlohmann::json& compile
   note(d.job_id, "compiled; queued for a GPU");
 }
 
+void RedisQueue::requeue_alone(const Delivery& d, const std::string& why) {
+  nlohmann::json compiled = d.compiled;
+  compiled["alone"] = true;
+  r_.transaction({{"XADD", stream(QueueStage::kGpu), "*", "id", d.job_id, "job", d.job.dump(),
+                   "compiled", compiled.dump()},
+                  {"XACK", stream(d.stage), kGroup, d.entry_id},
+                  {"XDEL", stream(d.stage), d.entry_id}});
+  note(d.job_id, why + "; queued again, to be judged alone");
+}
+
 void RedisQueue::dead_letter(const Delivery& d, const std::string& why) {
   note(d.job_id, "dead-lettered: " + why);
   nlohmann::json hist = history(d.job_id);

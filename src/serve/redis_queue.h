@@ -71,6 +71,10 @@ class RedisQueue {
   bool finish(const Delivery& d, const nlohmann::json& result_row, bool infra);
   // Compile stage done: hands the job to the GPU stream and acknowledges it, atomically.
   void forward_to_gpu(const Delivery& d, const nlohmann::json& compiled);
+  // A GPU job preempted beside other lanes goes to the back of the GPU stream, marked to be
+  // judged alone ("alone": true in its compile record): the jobs queued before it are judged
+  // first, none waiting behind a hang's full limit.
+  void requeue_alone(const Delivery& d, const std::string& why);
   void dead_letter(const Delivery& d, const std::string& why);
   void note(const std::string& job_id, const std::string& event);
   std::vector<std::string> history(const std::string& job_id);

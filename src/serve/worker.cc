@@ -158,9 +158,12 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
     r.compile_s = co.seconds;
     r.compile_cached = co.cached;
     r.compiled = r.compile_path != "runtime";
-    // One lane per GPU worker: nothing waits to time beside it, but a preempted candidate would
-    // be judged again at once, alone.
-    if (!runner.execute(cand, prep, co, job.config, r)) (void)runner.execute(cand, prep, co, job.config, r, true);
+    const bool alone = c.value("alone", false);
+    if (!runner.execute(cand, prep, co, job.config, r, alone)) {
+      // Preempted beside other lanes: judged again alone, after the jobs queued meanwhile.
+      q.requeue_alone(d, "GPU " + std::to_string(runner.gpu()) + ": preempted beside other lanes");
+      return;
+    }
     if (r.is_infra()) throw Error("GPU " + std::to_string(runner.gpu()) + ": " + r.infra_error);
   }
   store_result(q, d, job, r);
@@ -171,11 +174,12 @@ void work_loop(Shared& sh, QueueStage stage, int slot) {
   Redis redis(parse_redis_url(sh.opts.redis_url));
   RedisQueue q(redis, sh.opts.queue);
   std::unique_ptr<eval::GpuRunner> runner;
-  auto make_runner = [&] {
+  const int lanes = eval::default_lanes(sh.opts.device, sh.opts.lanes);
+  auto make_runner = [&] {  // GPU slots: lane (slot % lanes) of GPU (slot / lanes)
     runner = std::make_unique<eval::GpuRunner>(eval::judge_options(
-        sh.tc, sh.opts.device, sh.opts.gpus.at(static_cast<size_t>(slot)), sh.opts.cache_dir,
+        sh.tc, sh.opts.device, sh.opts.gpus.at(static_cast<size_t>(slot / lanes)), sh.opts.cache_dir,
         (fs::path(sh.opts.cache_dir) / "scratch").string(),
-        sh.opts.sandbox ? sh.opts.sandbox_exe : "", 0));
+        sh.opts.sandbox ? sh.opts.sandbox_exe : "", 0, slot % lanes, lanes));
   };
   if (stage == QueueStage::kGpu) {
     make_runner();
@@ -278,8 +282,9 @@ long long run_worker(const WorkerOptions& opts_in, const std::atomic<bool>& stop
   }
   // Compile readers: twice the pool's build threads, so jobs waiting on a shared build never
   // keep a distinct source from starting (the H100 run saw that cost 0.14x of throughput).
-  int slots = stage == QueueStage::kGpu ? static_cast<int>(opts.gpus.size())
-                                        : 2 * static_cast<int>(sh.pool->load().workers);
+  int slots = stage == QueueStage::kGpu
+                  ? static_cast<int>(opts.gpus.size()) * eval::default_lanes(opts.device, opts.lanes)
+                  : 2 * static_cast<int>(sh.pool->load().workers);
   fmt::print(stderr, "worker {}: role {}, {} slot(s), redis {}\n", sh.name, opts.role, slots,
              opts.redis_url);
   std::thread hb([&] { heartbeat_loop(sh, slots); });

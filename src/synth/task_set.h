@@ -18,8 +18,11 @@ struct Task {
   double difficulty = 0;  // synth's estimate; 0 for folder problems
 };
 
-// `format`: native | kernelbench. `level` > 0 keeps that level only. Throws mc::Error naming
-// a missing path, a malformed row, a duplicate problem, or an empty set.
-std::vector<Task> load_tasks(const std::string& path, const std::string& format, int level = 0);
+// `format`: native | kernelbench. `level` > 0 keeps that level only. `backend`: the kernels the
+// prompts ask for (cuda | musa); a synth row made for another backend is refused, since its
+// prompt asks for kernels the run's judges would not build. Throws mc::Error naming a missing
+// path, a malformed row, a duplicate problem, a row of another backend, or an empty set.
+std::vector<Task> load_tasks(const std::string& path, const std::string& format, int level = 0,
+                             const std::string& backend = "cuda");
 
 }  // namespace mc::synth

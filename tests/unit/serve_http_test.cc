@@ -230,16 +230,20 @@ TEST(HttpApi, DistributedPipelineJudgesThroughRedis) {
                        (dir.path() / "server").string(), "--trials", "5"},
                       dir.path().string());
   test::WorkerProc compile(redis.url(), "c1", (dir.path() / "c1").string());
+  // Two lanes: the hanging candidate shares the "GPU" with the others, is preempted there (a
+  // timeout beside other lanes is no verdict), goes to the back of the queue and is judged alone.
   test::WorkerProc gpu(redis.url(), "g1", (dir.path() / "g1").string(),
-                       {"--device", "cpu"}, "gpu");
+                       {"--device", "cpu", "--lanes", "2"}, "gpu");
   httplib::Client cli(srv.url());
   cli.set_read_timeout(400, 0);
   std::string honest = read_file(test::cases_dir() + "/cpu/honest_add.py");
   std::string wrong = read_file(test::cases_dir() + "/cpu/wrong_add.py");
+  std::string hang = read_file(test::cases_dir() + "/cpu/infinite_loop.py");
   nlohmann::json req = {{"candidates",
                          {{{"problem", "1_Add"}, {"answer", honest}},
                           {{"problem", "1_Add"}, {"answer", wrong}},
-                          {{"problem", "1_Add"}, {"answer", torch_answer(0)}}}},
+                          {{"problem", "1_Add"}, {"answer", torch_answer(0)}},
+                          {{"problem", "1_Add"}, {"answer", hang}}}},
                         {"wait_s", 360}};
   auto r = cli.Post("/v1/verify", req.dump(), "application/json");
   ASSERT_TRUE(r) << srv.log();
@@ -247,8 +251,15 @@ TEST(HttpApi, DistributedPipelineJudgesThroughRedis) {
   auto jobs = body_of(r)["jobs"];
   EXPECT_EQ(jobs[0]["result"]["verdict"], "ok") << jobs[0].dump() << gpu.log();
   EXPECT_EQ(jobs[0]["result"]["trials_passed"], 5);
+  EXPECT_EQ(jobs[0]["result"]["judge_details"]["lane"].value("lanes", 0), 2) << jobs[0].dump();
   EXPECT_EQ(jobs[1]["result"]["verdict"], "incorrect") << jobs[1].dump();
   EXPECT_EQ(jobs[2]["result"]["verdict"], "static_violation");
+  const auto& hung = jobs[3]["result"];
+  EXPECT_EQ(hung["verdict"], "timeout") << jobs[3].dump() << gpu.log();
+  EXPECT_EQ(hung["judge_details"]["lane"].value("mode", ""), "exclusive") << hung.dump();
+  Redis rc(redis.url_struct());
+  EXPECT_TRUE(test::history_has(rc, jobs[3].value("id", ""), "queued again, to be judged alone"))
+      << test::join_lines(test::history(rc, jobs[3].value("id", "")));
   auto h = httplib::Client(srv.url()).Get("/health");
   auto hj = body_of(h);
   EXPECT_EQ(hj["mode"], "redis");

@@ -21,7 +21,9 @@
 #include "synth/generator.h"
 #include "synth/llm_teacher.h"
 #include "synth/python_emitter.h"
+#include "synth/prompt.h"
 #include "synth/synthesizer.h"
+#include "synth/task_set.h"
 #include "synth/teacher.h"
 #include "test_util.h"
 
@@ -224,6 +226,41 @@ TEST(Decontamination, UntraceableFilesFallBackToSource) {
   auto c = dc.check(ta, 1);
   ASSERT_TRUE(c.has_value());
   EXPECT_EQ(c->rule, "near_source");
+}
+
+// The prompts ask for the run's backend: a folder's are built for it, and a synth row made for
+// another backend (its prompt asks for other kernels) is refused with the row and the way out.
+TEST(TaskSet, PromptsFollowTheBackendAndRowsOfAnotherAreRefused) {
+  fs::path dir = scratch("task-set");
+  fs::create_directories(dir / "level1");
+  fs::copy_file(mc::test::cases_dir() + "/problems/1_Add.py", dir / "level1" / "1_Add.py");
+  auto cuda = load_tasks(dir.string(), "kernelbench", 0, "cuda");
+  auto musa = load_tasks(dir.string(), "kernelbench", 0, "musa");
+  ASSERT_EQ(cuda.size(), 1u);
+  ASSERT_EQ(musa.size(), 1u);
+  EXPECT_EQ(cuda[0].prompt, task_prompt(cuda[0].problem->source, "kernelbench", "cuda"));
+  EXPECT_EQ(musa[0].prompt, task_prompt(musa[0].problem->source, "kernelbench", "musa"));
+  EXPECT_NE(cuda[0].prompt, musa[0].prompt);
+
+  // Rows without "backend" predate it and were made for CUDA.
+  mc::write_file_atomic(dir / "problems.jsonl",
+                        "{\"path\": \"level1/1_Add.py\", \"level\": 1, \"prompts\": {\"native\": \"old\"}}\n"
+                        "{\"path\": \"level1/1_Add.py\", \"level\": 2, \"backend\": \"musa\", "
+                        "\"prompts\": {\"native\": \"for musa\"}}\n");
+  auto rows = load_tasks((dir / "problems.jsonl").string(), "native", 1, "cuda");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].prompt, "old");
+  EXPECT_EQ(load_tasks((dir / "problems.jsonl").string(), "native", 2, "musa")[0].prompt, "for musa");
+  try {
+    load_tasks((dir / "problems.jsonl").string(), "native", 2, "cuda");
+    FAIL() << "a musa row was loaded for a cuda run";
+  } catch (const mc::Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("problems.jsonl:2"), std::string::npos) << m;
+    EXPECT_NE(m.find("synthesized for musa"), std::string::npos) << m;
+    EXPECT_NE(m.find("--backend musa"), std::string::npos) << m;
+  }
+  EXPECT_THROW(load_tasks(dir.string(), "native", 0, "rocm"), mc::Error);
 }
 
 // The validity probe (the judge's reference execution, here on the CPU) rejects each planted
