@@ -20,29 +20,15 @@ from safetensors.torch import load_file, save_file  # noqa: E402
 
 import tiny_models  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+import mc_cli  # noqa: E402
+from mc_cli import BINARY, read_jsonl, write_jsonl  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
 if os.path.exists(BINARY) and "generate" not in subprocess.run([BINARY, "--help"], capture_output=True, text=True).stdout:
     pytestmark = pytest.mark.skip(reason="musacoder built without libtorch (MUSACODER_WITH_TORCH=OFF)")
 
 
-def mc(*args, check=True):
-    r = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=300)
-    if check and r.returncode != 0:
-        raise AssertionError(f"musacoder {args[0]} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return r
-
-
-def write_jsonl(path, rows):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    return str(path)
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in open(path)]
+def mc(*args, check=True, timeout=300, **kw):
+    return mc_cli.run(*args, check=check, timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="module")

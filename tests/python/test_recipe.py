@@ -9,24 +9,14 @@ import subprocess
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
-MODEL_BINARY = os.path.join(os.path.dirname(BINARY), "musacoder-model")
+import mc_cli  # noqa: E402
+from mc_cli import BINARY, MODEL_BINARY, ROOT, read_jsonl  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL_BINARY), reason="musacoder-model not built")
 ADD = os.path.join(ROOT, "tests", "cases", "problems", "1_Add.py")
 
 
-def mc(*args, check=True, timeout=1500, binary=BINARY, env=None):
-    r = subprocess.run([binary, *map(str, args)], capture_output=True, text=True, timeout=timeout,
-                       env={**os.environ, **(env or {})})
-    if check and r.returncode != 0:
-        raise AssertionError(f"{os.path.basename(binary)} {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n"
-                             f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return r
-
-
-def read_jsonl(path):
-    return [json.loads(x) for x in open(path) if x.strip()]
+def mc(*args, check=True, timeout=1500, **kw):
+    return mc_cli.run(*args, check=check, timeout=timeout, **kw)
 
 
 def test_tiny_recipe_end_to_end(tmp_path):

@@ -11,23 +11,15 @@ import pytest
 
 import tiny_models
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+import mc_cli  # noqa: E402
+from mc_cli import BINARY, HAS_MODEL, ROOT, read_jsonl  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases", "rft")
 pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
-HAS_MODEL = os.path.exists(os.path.join(os.path.dirname(BINARY), "musacoder-model"))
 ADD = ["base", "dup", "renamed", "slow", "unrolled", "wrong"]
 
 
-def mc(*args, check=True, timeout=600):
-    r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"musacoder {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return r
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in open(path)]
+def mc(*args, check=True, timeout=600, **kw):
+    return mc_cli.run(*args, check=check, timeout=timeout, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -7,17 +7,20 @@ tokens are trained, a killed run resumes to the same numbers, and bad input gets
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
 import tiny_models
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+import mc_cli  # noqa: E402
+from mc_cli import HAS_MODEL, ROOT, read_jsonl  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases", "rft")
-HAS_MODEL = os.path.exists(os.path.join(os.path.dirname(BINARY), "musacoder-model"))
 pytestmark = pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built (libtorch)")
+
+
+def mc(*args, check=True, timeout=900, **kw):
+    return mc_cli.run(*args, check=check, timeout=timeout, **kw)
+
 
 RELU_OK = '''import torch
 import torch.nn as nn
@@ -41,17 +44,6 @@ class ModelNew(nn.Module):
     def forward(self, x):
         return ext.relu_cpu(x.contiguous())
 '''
-
-
-def mc(*args, check=True, timeout=900):
-    r = subprocess.run([BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"musacoder {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n{r.stderr[-4000:]}")
-    return r
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in open(path)]
 
 
 def fenced(code):

@@ -21,32 +21,19 @@ from tokenizers import Tokenizer  # noqa: E402
 import tiny_models  # noqa: E402
 from chatml_reference import render  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
+import mc_cli  # noqa: E402
+from mc_cli import BINARY, read_jsonl, write_jsonl  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
 if os.path.exists(BINARY) and "train" not in subprocess.run([BINARY, "--help"], capture_output=True, text=True).stdout:
     pytestmark = pytest.mark.skip(reason="musacoder built without libtorch (MUSACODER_WITH_TORCH=OFF)")
 
+
+def mc(*args, check=True, timeout=600, **kw):
+    return mc_cli.run(*args, check=check, timeout=timeout, **kw)
+
+
 WORDS = ["def", "forward", "self", "return", "torch", "relu", "kernel", "float", "void", "add", "softmax", "rows",
          "Write", "fast", "CUDA", "kernels", "__global__", "int", "blockIdx"]
-
-
-def mc(*args, check=True, env=None):
-    r = subprocess.run([BINARY, *args], capture_output=True, text=True, timeout=600, env=env)
-    if check and r.returncode != 0:
-        raise AssertionError(f"musacoder {' '.join(args[:2])} failed ({r.returncode}):\n{r.stderr[-3000:]}")
-    return r
-
-
-def write_jsonl(path, rows):
-    with open(path, "w") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
-    return str(path)
-
-
-def read_jsonl(path):
-    return [json.loads(line) for line in open(path)]
 
 
 def chat_rows(n, seed=0):
