@@ -2,6 +2,7 @@
 // here is: "PATH: not <what> (DESCRIPTION, line N)".
 #pragma once
 
+#include <filesystem>
 #include <string>
 
 // Parse errors are exceptions (the same in every file that reads TOML).
@@ -15,6 +16,7 @@
 namespace mc {
 
 inline toml::table read_toml(const std::string& path, const std::string& what = "valid TOML") {
+  MC_CHECK(std::filesystem::is_regular_file(path), path, ": no such file");
   try {
     return toml::parse_file(path);
   } catch (const toml::parse_error& e) {

@@ -115,7 +115,8 @@ Recipe load_recipe(const std::string& path) {
   return r;
 }
 
-std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir) {
+std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir,
+                   bool check_only) {
   std::string out;
   for (size_t i = 0; i < arg.size(); ++i) {
     if (arg[i] != '{') {
@@ -132,10 +133,12 @@ std::string expand(const std::string& arg, const std::map<std::string, std::stri
     std::string key = arg.substr(i + 1, j - i - 1);
     i = j;
     auto dir_of = [&](const std::string& d) {
-      std::string x = expand(d, values, run_dir);
+      std::string x = expand(d, values, run_dir, check_only);
       return fs::path(x).is_absolute() ? x : (fs::path(run_dir) / x).string();
     };
-    if (key.rfind("last:", 0) == 0) {
+    if (check_only && (key.rfind("last:", 0) == 0 || key.rfind("resume:", 0) == 0)) {
+      (void)dir_of(key.substr(key.find(':') + 1));
+    } else if (key.rfind("last:", 0) == 0) {
       std::string dir = dir_of(key.substr(5));
       std::string ck = last_checkpoint(dir);
       MC_CHECK(!ck.empty(), "recipe: ", dir, " has no checkpoint (", "{", key, "}): has its stage run?");
@@ -145,7 +148,7 @@ std::string expand(const std::string& arg, const std::map<std::string, std::stri
     } else {
       auto v = values.find(key);
       MC_CHECK(v != values.end(), "recipe: unknown placeholder {", key, "} in \"", arg, "\"");
-      out += expand(v->second, values, run_dir);  // a var may name another
+      out += expand(v->second, values, run_dir, check_only);  // a var may name another
     }
   }
   return out;
@@ -181,6 +184,18 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   state["vars"] = json::object();
   for (const auto& [k, v] : values)
     if (k.rfind("var.", 0) == 0) state["vars"][k.substr(4)] = v;
+
+  // Every placeholder of every stage is known before anything runs: a typo in the last stage
+  // should not cost the hours of the ones before it.
+  for (const auto& s : r.stages) {
+    try {
+      for (const auto& cmd : s.commands)
+        for (const auto& a : cmd) (void)expand(a, values, run, true);
+      for (const auto& [k, v] : s.env) (void)expand(v, values, run, true);
+    } catch (const Error& e) {
+      throw Error(str_cat(r.path, ": stage '", s.name, "': ", e.what()));
+    }
+  }
 
   std::set<std::string> known;
   for (const auto& s : r.stages) known.insert(s.name);

@@ -51,8 +51,11 @@ struct RunOptions {
   bool progress = true;
 };
 
-// Expands one argument (placeholders above). Exposed for tests.
-std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir);
+// Expands one argument (placeholders above). With `check_only`, names an unknown or unclosed
+// placeholder without looking for checkpoints ({last:} and {resume:} expand to nothing): the
+// whole recipe is checked so before its first stage runs. Exposed for tests.
+std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir,
+                   bool check_only = false);
 
 // Runs the recipe; returns the state (also in RUN/recipe/state.json). Throws mc::Error naming the
 // stage, its command and its log when a command fails.

@@ -156,9 +156,15 @@ def test_recipe_errors_name_the_stage(tmp_path):
         assert r.returncode == 2 and says in r.stderr, r.stderr
     r = mc("recipe", recipe, "--out", tmp_path / "run3", "--from", "fails", check=False)
     assert r.returncode == 2 and "'ok', has not finished" in r.stderr, r.stderr
-    recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{nope}"]]\n')
+    # A typo in a later stage is found before the first stage runs.
+    marker = tmp_path / "first-ran"
+    recipe.write_text(f'[[stage]]\nname = "first"\ncommands = [["touch", "{marker}"]]\n\n'
+                      '[[stage]]\nname = "x"\ncommands = [["echo", "{last:{var.nope}/a}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run4", check=False)
-    assert r.returncode == 2 and "unknown placeholder {nope}" in r.stderr, r.stderr
+    assert r.returncode == 2 and "stage 'x'" in r.stderr and "unknown placeholder {var.nope}" in r.stderr, r.stderr
+    assert not marker.exists()
+    r = mc("recipe", tmp_path / "missing.toml", "--out", tmp_path / "run6", check=False)
+    assert r.returncode == 2 and "missing.toml: no such file" in r.stderr, r.stderr
     recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{last:nowhere}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run5", check=False)
     assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
