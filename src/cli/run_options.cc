@@ -41,7 +41,7 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
                 ->envname("MUSACODER_PROBLEMS");
   if (problems_required) p->required();
   app->add_option("--level", o.level, "KernelBench level to use (0: all)")->envname("MUSACODER_LEVEL");
-  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")
+  app->add_option("--gpus", o.gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")
       ->capture_default_str()->envname("MUSACODER_GPUS");
   app->add_option("--device", o.device, "cuda, or cpu to run judges on the CPU (tests)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
@@ -65,7 +65,7 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
 }
 
 void add_judge_options(CLI::App* app, RunOptions& o) {
-  app->add_option("--gpus", o.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
+  app->add_option("--gpus", o.gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")->capture_default_str()->envname("MUSACODER_GPUS");
   app->add_option("--device", o.device, "judges on cuda, or cpu (tests)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
   app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")->envname("MUSACODER_CACHE_DIR");

@@ -12,6 +12,7 @@
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "eval/candidates.h"
+#include "eval/executor.h"
 #include "eval/problem.h"
 #include "eval/result.h"
 #include "eval/summary.h"
@@ -50,7 +51,8 @@ class SignalWatcher {
 std::string detect_gpu_kind(const std::string& device, int gpu, const std::string& arch) {
   if (device == "cpu") return "cpu";
   SubprocessOptions so;
-  so.argv = {"nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", std::to_string(gpu)};
+  // nvidia-smi numbers the machine's GPUs, not this process's: ask for the one CUDA calls `gpu`.
+  so.argv = {"nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", eval::visible_gpu(gpu)};
   try {
     auto r = run_command(so, 10000);
     if (r.status.ok()) {
@@ -223,7 +225,7 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   w->add_option("--redis", m.wopts.redis_url, "redis://host:port")->required()->envname("MUSACODER_REDIS");
   w->add_option("--role", m.wopts.role, "compile or gpu")->required()
       ->check(CLI::IsMember({"compile", "gpu"}));
-  w->add_option("--gpus", m.worker_gpus, "GPU indices (gpu role)")->capture_default_str();
+  w->add_option("--gpus", m.worker_gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES; gpu role)")->capture_default_str();
   w->add_option("--lanes", m.wopts.lanes, "judges per GPU (gpu role): correctness trials of several candidates at "
                 "once, timing alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   w->add_option("--device", m.wopts.device, "cuda, or cpu (tests)")->capture_default_str()

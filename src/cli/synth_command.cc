@@ -52,7 +52,7 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->capture_default_str()
       ->check(CLI::IsMember({"cuda", "musa"}));
   s->add_option("--order", m.o.order, "dataset order: curriculum (by difficulty) or generation")->capture_default_str();
-  s->add_option("--gpus", m.run.gpus, "GPU indices, one judge per GPU")->capture_default_str()->envname("MUSACODER_GPUS");
+  s->add_option("--gpus", m.run.gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")->capture_default_str()->envname("MUSACODER_GPUS");
   s->add_option("--device", m.run.device, "cuda, or cpu to run judges on the CPU (tests)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
   s->add_option("--cache-dir", m.run.cache_dir, "compile cache and reference timings")->envname("MUSACODER_CACHE_DIR");

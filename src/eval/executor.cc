@@ -1,5 +1,9 @@
 #include "eval/executor.h"
 
+#include <cctype>
+#include <cstdlib>
+#include <vector>
+
 #include "common/check.h"
 #include "common/fs.h"
 
@@ -8,6 +12,27 @@ namespace mc::eval {
 int default_spares(const std::string& device, int requested) {
   if (requested > 0) return requested;
   return device == "cpu" ? 1 : 6;
+}
+
+std::string visible_gpu(int gpu) {
+  MC_CHECK(gpu >= 0, "GPU index ", gpu, " is negative");
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!env) return std::to_string(gpu);
+  std::vector<std::string> ids;
+  std::string id;
+  for (const char* c = env;; ++c) {
+    if (*c == ',' || *c == '\0') {
+      while (!id.empty() && isspace(static_cast<unsigned char>(id.back()))) id.pop_back();
+      if (!id.empty()) ids.push_back(id);
+      id.clear();
+      if (*c == '\0') break;
+    } else if (!(id.empty() && isspace(static_cast<unsigned char>(*c)))) {
+      id += *c;
+    }
+  }
+  MC_CHECK(static_cast<size_t>(gpu) < ids.size(), "GPU ", gpu, " is not visible to this process: CUDA_VISIBLE_DEVICES=\"",
+           env, "\" lists ", ids.size(), " device", ids.size() == 1 ? "" : "s", " (GPU indices count from 0 within it)");
+  return ids[static_cast<size_t>(gpu)];
 }
 
 int default_lanes(const std::string& device, int requested) {
@@ -47,7 +72,7 @@ void Executor::start() {
   o.env_set["PYTHONPATH"] = opts_.harness_dir;
   o.env_set["PYTHONUNBUFFERED"] = "1";
   o.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
-  if (opts_.device != "cpu") o.env_set["CUDA_VISIBLE_DEVICES"] = std::to_string(opts_.gpu);
+  if (opts_.device != "cpu") o.env_set["CUDA_VISIBLE_DEVICES"] = visible_gpu(opts_.gpu);
   o.pipe_stdin = true;
   o.stderr_file = (fs::path(opts_.scratch_dir) / "judge.log").string();
   judge_ = std::make_unique<Subprocess>(o);

@@ -15,7 +15,7 @@ namespace mc::eval {
 
 struct ExecutorOptions {
   std::string device = "cuda";   // "cuda" or "cpu" (CPU mode exists for tests without a GPU)
-  int gpu = 0;                   // physical GPU index (CUDA_VISIBLE_DEVICES for the judge)
+  int gpu = 0;                   // GPU index as this process sees it (visible_gpu: the judge's device)
   std::string python = "python3";
   std::string harness_dir;       // holds the musacoder_harness package
   std::string cache_dir;         // reference timings are cached under it
@@ -30,6 +30,13 @@ struct ExecutorOptions {
   std::string gpu_lock;
   int lanes = 1;
 };
+
+// The device CUDA calls `gpu` in this process, as the judge's CUDA_VISIBLE_DEVICES: the
+// gpu-th entry of this process's CUDA_VISIBLE_DEVICES (an index, a GPU-/MIG- UUID) where that is
+// set, else the index itself. Under SLURM or torchrun, where CUDA_VISIBLE_DEVICES=4,5 say, GPU 0
+// is the machine's GPU 4, and a judge started with CUDA_VISIBLE_DEVICES=0 would time on another
+// job's GPU. Throws mc::Error when `gpu` is not visible.
+std::string visible_gpu(int gpu);
 
 // Judges per GPU: correctness trials of several candidates run at once (a hanging candidate
 // holds one lane, not the GPU); on the CPU (tests) one.

@@ -6,6 +6,7 @@
 #include "eval/reward.h"
 #include "eval/static_check.h"
 
+#include <cctype>
 #include <utility>
 
 namespace mc::eval {
@@ -105,7 +106,12 @@ ExecutorOptions judge_options(const Toolchain& tc, const std::string& device, in
   e.cache_dir = cache_dir;
   const std::string g = "gpu" + std::to_string(gpu);
   e.scratch_dir = (fs::path(scratch_root) / (lane == 0 ? g : g + "-lane" + std::to_string(lane))).string();
-  e.gpu_lock = (fs::path(scratch_root) / (g + ".lock")).string();
+  // The gate belongs to the device, not to this process's numbering of it: judges of one GPU
+  // share it even when their processes see the GPUs through different CUDA_VISIBLE_DEVICES.
+  std::string dev = device == "cpu" ? std::to_string(gpu) : visible_gpu(gpu);
+  for (char& c : dev)
+    if (!isalnum(static_cast<unsigned char>(c)) && c != '-') c = '_';
+  e.gpu_lock = (fs::path(scratch_root) / ("gpu" + dev + ".lock")).string();
   e.lanes = std::max(1, lanes);
   e.sandbox_exe = sandbox_exe;
   e.spares = default_spares(device, spares);

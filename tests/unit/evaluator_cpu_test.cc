@@ -2,6 +2,9 @@
 // candidate processes, real crashes and hangs. Case files in tests/cases/cpu state their
 // expected verdict; the GPU suite (tests/gpu) covers the CUDA-only parts on a GPU machine.
 #include "eval/evaluator.h"
+#include "eval/executor.h"
+#include "eval/pipeline.h"
+#include "eval/toolchain.h"
 
 #include <gtest/gtest.h>
 
@@ -227,6 +230,34 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
       EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
     }
   }
+}
+
+// GPU indices count within this process's CUDA_VISIBLE_DEVICES (as CUDA's do): under SLURM or
+// torchrun, GPU 0 of a job given GPUs 4 and 5 is the machine's GPU 4, and its judge and lane gate
+// must be that one's.
+TEST(Executor, GpuIndicesFollowCudaVisibleDevices) {
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(visible_gpu(3), "3");
+  setenv("CUDA_VISIBLE_DEVICES", "4, GPU-5f1c2b,MIG-GPU-aa/1/0", 1);
+  EXPECT_EQ(visible_gpu(0), "4");
+  EXPECT_EQ(visible_gpu(1), "GPU-5f1c2b");
+  EXPECT_EQ(visible_gpu(2), "MIG-GPU-aa/1/0");
+  try {
+    (void)visible_gpu(3);
+    FAIL() << "GPU 3 is not visible";
+  } catch (const mc::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GPU 3 is not visible to this process: CUDA_VISIBLE_DEVICES="),
+              std::string::npos) << e.what();
+  }
+  Toolchain tc;
+  auto a = judge_options(tc, "cuda", 0, "/c", "/c/scratch", "", 0, 1, 2);
+  auto b = judge_options(tc, "cuda", 2, "/c", "/c/scratch", "", 0, 0, 2);
+  EXPECT_EQ(a.gpu_lock, "/c/scratch/gpu4.lock");
+  EXPECT_EQ(b.gpu_lock, "/c/scratch/gpuMIG-GPU-aa_1_0.lock");
+  setenv("CUDA_VISIBLE_DEVICES", "", 1);
+  EXPECT_THROW((void)visible_gpu(0), mc::Error);
+  EXPECT_EQ(judge_options(tc, "cpu", 0, "/c", "/c/scratch", "", 0, 0, 1).gpu_lock, "/c/scratch/gpu0.lock");
+  unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
 // Lanes: two judges share the device. A candidate that hangs holds its lane, not the device: the
