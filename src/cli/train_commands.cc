@@ -7,8 +7,10 @@
 #include "cli/run_options.h"
 #include "common/check.h"
 #include "eval/toolchain.h"
+#include "model/device.h"
 #include "rl/trainer.h"
 #include "train/dataset.h"
+#include "train/distributed.h"
 #include "train/sft.h"
 
 namespace mc::cli {
@@ -184,9 +186,10 @@ std::optional<int> TrainCommands::run() {
     e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();
     MC_CHECK(std::filesystem::exists(e.sandbox_exe), "the verifier runs candidates through ", e.sandbox_exe,
              ", which is missing (build the musacoder target)");
-    const char* lr_env = std::getenv("LOCAL_RANK");
-    int own = lr_env ? std::atoi(lr_env) : 0;
-    if (r.device.rfind("cuda:", 0) == 0) own = std::stoi(r.device.substr(5));
+    // This rank's GPU as the trainer will choose it (torchrun's LOCAL_RANK or SLURM_LOCALID, or
+    // the only GPU a launcher bound to the rank).
+    int own = train::dist_env_from_environment().local_rank;
+    if (c10::Device d = model::parse_device(r.device, own); d.is_cuda()) own = d.index();
     if (m.verify_gpus.empty()) {
       e.gpus = {own};
       r.hold_judges = true;  // they share our GPU: no timing while we generate or train

@@ -10,13 +10,30 @@
 
 namespace mc::model {
 
+namespace {
+
+// The local rank's GPU: the rank-th visible one, or the only one where the launcher gives each
+// rank its own (SLURM's --gpus-per-task=1, --gpu-bind: every rank sees one GPU, as cuda:0).
+c10::DeviceIndex rank_gpu(int local_rank) {
+  int count = 1;
+#ifdef MUSACODER_CUDA
+  count = at::cuda::getNumGPUs();
+#endif
+  if (local_rank < count) return static_cast<c10::DeviceIndex>(local_rank);
+  MC_CHECK(count == 1, "local rank ", local_rank, " has no GPU of its own: ", count,
+           " are visible (CUDA_VISIBLE_DEVICES); give each rank one, or all of a node's");
+  return 0;
+}
+
+}  // namespace
+
 c10::Device parse_device(const std::string& s, int auto_index) {
   bool cuda = at::globalContext().hasCUDA();
-  if (s == "auto") return cuda ? c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(auto_index)) : c10::Device(c10::kCPU);
+  if (s == "auto") return cuda ? c10::Device(c10::kCUDA, rank_gpu(auto_index)) : c10::Device(c10::kCPU);
   if (s == "cpu") return c10::Device(c10::kCPU);
   MC_CHECK(s == "cuda" || s.rfind("cuda:", 0) == 0, "--device must be auto, cpu, cuda or cuda:N, got \"", s, "\"");
   MC_CHECK(cuda, "--device ", s, ": no CUDA device is available here");
-  return c10::Device(s == "cuda" ? "cuda:" + std::to_string(auto_index) : s);
+  return s == "cuda" ? c10::Device(c10::kCUDA, rank_gpu(auto_index)) : c10::Device(s);
 }
 
 c10::ScalarType parse_dtype(const std::string& s) {

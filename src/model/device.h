@@ -10,7 +10,9 @@
 
 namespace mc::model {
 
-// "auto" (CUDA device auto_index if CUDA is available, else the CPU), "cpu", "cuda", "cuda:N".
+// "auto" (the local rank's GPU if CUDA is available, else the CPU), "cpu", "cuda" (the local
+// rank's GPU), "cuda:N". The local rank's GPU is the auto_index-th visible one, or the only one
+// where the launcher binds one GPU to each rank (SLURM --gpus-per-task=1).
 c10::Device parse_device(const std::string& s, int auto_index = 0);
 // "auto" (kUndefined: bf16 on CUDA, fp32 on CPU), bf16, fp16, fp32.
 c10::ScalarType parse_dtype(const std::string& s);
