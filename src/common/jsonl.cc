@@ -6,21 +6,27 @@
 
 namespace mc {
 
-std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+void for_each_jsonl(const std::string& path, const std::function<void(const nlohmann::json&, size_t)>& fn) {
   std::ifstream in(path);
   MC_CHECK(in, "cannot read ", path);
-  std::vector<nlohmann::json> rows;
   size_t n = 0;
   for (std::string line; std::getline(in, line);) {
     ++n;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json row;
     try {
-      rows.push_back(nlohmann::json::parse(line));
+      row = nlohmann::json::parse(line);
     } catch (const std::exception& e) {
       throw Error(str_cat(path, ":", n, ": not JSON: ", e.what()));
     }
-    MC_CHECK(rows.back().is_object(), path, ":", n, ": expected a JSON object");
+    MC_CHECK(row.is_object(), path, ":", n, ": expected a JSON object");
+    fn(row, n);
   }
+}
+
+std::vector<nlohmann::json> read_jsonl(const std::string& path) {
+  std::vector<nlohmann::json> rows;
+  for_each_jsonl(path, [&](const nlohmann::json& row, size_t) { rows.push_back(row); });
   return rows;
 }
 

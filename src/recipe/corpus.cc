@@ -13,6 +13,7 @@
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/hash.h"
+#include "common/jsonl.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "common/toml.h"
@@ -198,20 +199,11 @@ json build_corpus(const CorpusOptions& o) {
     // The texts of this source: (path, text).
     std::vector<std::pair<std::string, std::string>> texts;
     if (src.synth_dataset) {
-      std::ifstream in(where);
-      std::string line;
-      for (int no = 1; std::getline(in, line); ++no) {
-        if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-        json row;
-        try {
-          row = json::parse(line);
-        } catch (const json::parse_error& e) {
-          throw Error(str_cat(where, ":", no, ": not valid JSON (", e.what(), ")"));
-        }
+      for_each_jsonl(where, [&](const json& row, size_t no) {
         MC_CHECK(row.contains("problem") && row.contains("solution"), where, ":", no,
                  ": a synth dataset row needs \"problem\" and \"solution\"");
         texts.push_back({str_cat(where, ":", no), row["problem"].get<std::string>() + "\n\n" + row["solution"].get<std::string>()});
-      }
+      });
     } else {
       std::vector<fs::path> files;
       for (auto it = fs::recursive_directory_iterator(where, fs::directory_options::skip_permission_denied);
@@ -287,7 +279,6 @@ json build_corpus(const CorpusOptions& o) {
   MC_CHECK(corpus && held, "writing ", tmp, " failed");
   fs::rename(tmp, out / "corpus.jsonl");
   fs::rename(eval_tmp, out / "corpus-eval.jsonl");
-  MC_CHECK(total_files > 0, "corpus: every file was dropped or no source had any (", (out / "report.json").string(), ")");
   json report = {{"sources", sources},
                  {"files", total_files},
                  {"held_out_files", held_files},
@@ -311,6 +302,8 @@ json build_corpus(const CorpusOptions& o) {
   md += fmt::format("| **all** | | {} | {:.2f} | {} | {} dropped as KernelBench copies |\n", total_files, total_bytes / 1e6,
                     held_files, contaminated.size());
   write_file_atomic(out / "report.md", md);
+  // After the report, which says per source what was dropped and why.
+  MC_CHECK(total_files > 0, "corpus: every file was dropped or no source had any (", (out / "report.json").string(), ")");
   return report;
 }
 

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/check.h"
+#include "common/jsonl.h"
 #include "synth/prompt.h"
 
 namespace mc::rft {
@@ -55,21 +56,11 @@ std::vector<json> repair_rows(const std::vector<FailedAnswer>& failed, const std
 }
 
 std::vector<PassingAnswer> load_passing_answers(const std::string& path) {
-  std::ifstream in(path);
-  MC_CHECK(in, "--repair-from: cannot read ", path);
+  MC_CHECK(std::ifstream(path), "--repair-from: cannot read ", path);
   std::vector<PassingAnswer> out;
-  std::string line;
-  for (int no = 1; std::getline(in, line); ++no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+  for_each_jsonl(path, [&](const json& row, size_t no) {
     const std::string where = path + ":" + std::to_string(no) + ": ";
-    json row;
-    try {
-      row = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw Error(where + "not valid JSON (" + e.what() + ")");
-    }
-    MC_CHECK(row.is_object() && row.contains("messages") && row["messages"].is_array(), where,
-             "a dataset row needs \"messages\"");
+    MC_CHECK(row.contains("messages") && row["messages"].is_array(), where, "a dataset row needs \"messages\"");
     std::string key;
     if (row.contains("problem") && row["problem"].is_string() && !row.contains("problem_id")) {
       key = row["problem"].get<std::string>();  // musacoder rft's rows
@@ -80,14 +71,14 @@ std::vector<PassingAnswer> load_passing_answers(const std::string& path) {
             row["name"].get<std::string>();
     }
     if (row.contains("verdict") && row["verdict"].is_string() && row["verdict"] != "ok" && row["verdict"] != "compiled")
-      continue;  // only verified answers
+      return;  // only verified answers
     std::string answer;
     for (const auto& m : row["messages"])
       if (m.is_object() && m.value("role", "") == "assistant" && m.contains("content") && m["content"].is_string())
         answer = m["content"].get<std::string>();
     MC_CHECK(!answer.empty(), where, "no assistant message");
     out.push_back({key, answer, path + ":" + std::to_string(no)});
-  }
+  });
   return out;
 }
 
