@@ -29,12 +29,6 @@ std::vector<int> parse_gpus(const std::string& s) {
   return out;
 }
 
-std::string self_exe() {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "musacoder";
-}
-
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
   auto* p = app->add_option("--problems", o.problems,
                             "folder of KernelBench problems, or a KernelBench checkout")

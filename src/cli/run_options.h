@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/home.h"  // self_exe()
 #include "eval/eval_config.h"
 #include "eval/evaluator.h"
 
@@ -35,7 +36,6 @@ struct RunOptions {
 
 std::string default_cache_dir();  // $XDG_CACHE_HOME/musacoder or ~/.cache/musacoder
 std::vector<int> parse_gpus(const std::string& s);
-std::string self_exe();
 // --problems is required unless `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
 // The in-process judges of commands that verify answers they make or fetch (rft, bench-model):

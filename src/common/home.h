@@ -8,4 +8,8 @@ namespace mc {
 
 std::string musacoder_home();
 
+// The running binary's path (/proc/self/exe; "musacoder" where it cannot be read): the tools
+// beside it (musacoder-model, the sandbox) are found from it.
+std::string self_exe();
+
 }  // namespace mc

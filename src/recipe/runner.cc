@@ -15,10 +15,10 @@
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/home.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "common/toml.h"
-#include "eval/toolchain.h"
 
 namespace mc::recipe {
 namespace {
@@ -32,12 +32,6 @@ std::string scalar(const toml::node& n, const std::string& where) {
   if (n.is_floating_point()) return fmt::format("{}", *n.value<double>());
   if (auto b = n.value<bool>()) return *b ? "true" : "false";
   throw Error(str_cat(where, " must be a string, a number or a boolean"));
-}
-
-std::string self_exe() {
-  std::error_code ec;
-  auto p = fs::read_symlink("/proc/self/exe", ec);
-  return ec ? "musacoder" : p.string();
 }
 
 std::string tail_lines(const std::string& path, int n) {
@@ -168,7 +162,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   values["run"] = run;
   values["bin"] = bin;
   values["model_bin"] = (fs::path(bin).parent_path() / "musacoder-model").string();
-  values["root"] = eval::musacoder_home();
+  values["root"] = musacoder_home();
   const char* py = std::getenv("MUSACODER_PYTHON");  // the interpreter MooreEval's toolchain uses
   values["python"] = py && *py ? py : "python3";
   values["recipe"] = fs::path(r.path).parent_path().string();
