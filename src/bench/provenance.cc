@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <regex>
+#include <utility>
 #include <vector>
 
 #include "common/fs.h"
@@ -36,23 +37,31 @@ bool same_benchmark(const fs::path& a, const fs::path& b) {
   return ca == cb || ca.starts_with(cb + "/") || cb.starts_with(ca + "/");
 }
 
-// A folder's `musacoder synth` report.json (one with "families"), else null.
-json synth_report(const fs::path& dir) {
+// A folder's report.json (any command's), else null.
+json folder_report(const fs::path& dir) {
   fs::path report = dir / "report.json";
   json r = fs::exists(report) ? json::parse(read_file(report), nullptr, false) : json();
-  return r.is_object() && r.contains("families") ? r : json();
+  return r.is_object() ? r : json();
 }
 
-// The `musacoder synth` folder behind a training file: its own folder, or, for `musacoder rft`'s
-// dataset and repair rows, the folder of the problems that run sampled from (its report.json's
-// problems_source). Empty where neither is one.
-fs::path synth_folder(const fs::path& data_file) {
+bool is_synth_report(const json& r) { return r.is_object() && r.contains("families"); }
+
+// A folder's `musacoder synth` report.json, else null.
+json synth_report(const fs::path& dir) {
+  json r = folder_report(dir);
+  return is_synth_report(r) ? r : json();
+}
+
+// The `musacoder synth` folder behind a training file, with its report: its own folder, or, for
+// `musacoder rft`'s dataset and repair rows, the folder of the problems that run sampled from
+// (its report.json's problems_source). An empty folder where neither is one.
+std::pair<fs::path, json> synth_folder(const fs::path& data_file) {
   const fs::path dir = data_file.parent_path();
-  if (!synth_report(dir).is_null()) return dir;
-  json j = fs::exists(dir / "report.json") ? json::parse(read_file(dir / "report.json"), nullptr, false) : json();
-  if (j.is_object() && j.contains("problems_source") && j["problems_source"].is_string()) {
+  json j = folder_report(dir);
+  if (is_synth_report(j)) return {dir, j};
+  if (j.contains("problems_source") && j["problems_source"].is_string()) {
     fs::path src = fs::path(j["problems_source"].get<std::string>()).parent_path();
-    if (!synth_report(src).is_null()) return src;
+    if (json r = synth_report(src); !r.is_null()) return {src, r};
   }
   return {};
 }
@@ -93,8 +102,7 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   // TRAIN/problems`, as the recipe makes them) are clean the other way round.
   const std::string eval_against = eval_set_against(problems);
   for (const auto& d : data) {
-    const fs::path train_dir = synth_folder(d.get<std::string>());
-    const json r = train_dir.empty() ? json() : synth_report(train_dir);
+    const auto [train_dir, r] = synth_folder(d.get<std::string>());
     if (!eval_against.empty() && !train_dir.empty() && same_benchmark(eval_against, train_dir)) {
       ++kept_out;
     } else if (r.is_null()) {  // not a `musacoder synth` report
