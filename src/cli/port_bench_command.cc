@@ -2,13 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <cctype>
-#include <limits>
-
 #include "bench/kernelbench_prompt.h"
 #include "common/check.h"
 #include "common/fs.h"
+#include "eval/problem.h"
 #include "port/bench_port.h"
 
 namespace mc::cli {
@@ -46,25 +43,13 @@ std::optional<int> PortBenchCommand::run() {
   extras.push_back({"prompt/model_new_ex_add.py", "", "KernelBench src/kernelbench/prompts/model_new_ex_add.py",
                     porter.port(cuda.new_arch)});
   for (auto& x : extras) x.text = x.port.text;
-  std::vector<fs::path> first;
-  for (const auto& e : fs::directory_iterator(levels.front()))
-    if (e.is_regular_file() && e.path().extension() == ".py") first.push_back(e.path());
-  auto number = [](const fs::path& p) {  // KernelBench's files are numbered: 1_..., 2_..., 100_...
-    const std::string n = p.filename().string();
-    size_t digits = 0;
-    while (digits < n.size() && std::isdigit(static_cast<unsigned char>(n[digits]))) ++digits;
-    return digits ? std::stol(n.substr(0, digits)) : std::numeric_limits<long>::max();
-  };
-  std::sort(first.begin(), first.end(), [&](const fs::path& a, const fs::path& b) {
-    return std::make_pair(number(a), a.filename().string()) < std::make_pair(number(b), b.filename().string());
-  });
-  if (!first.empty()) {
-    port::PortResult p = porter.port(read_file(first.front()));
-    extras.push_back({"prompt/example_prompt.txt", bench::kernelbench_prompt(p.text, "fp32", "musa"),
-                      "kernelbench_prompt(" + fs::path(levels.front()).filename().string() + "/" +
-                          first.front().filename().string() + ", fp32, musa)",
-                      {}});
-  }
+  // The first problem in KernelBench's order (by the number its file name starts with).
+  const eval::ProblemPtr first = eval::load_problems(levels.front()).front();
+  port::PortResult p = porter.port(first->source);
+  extras.push_back({"prompt/example_prompt.txt", bench::kernelbench_prompt(p.text, "fp32", "musa"),
+                    "kernelbench_prompt(" + fs::path(levels.front()).filename().string() + "/" + first->stem +
+                        ".py, fp32, musa)",
+                    {}});
   nlohmann::json manifest = port::port_benchmark(m.path, m.out, porter, table, extras);
   if (m.json)
     fmt::print("{}\n", nlohmann::json{{"out", m.out}, {"levels", manifest["levels"]}, {"totals", manifest["totals"]}}.dump(1));
