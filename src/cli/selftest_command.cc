@@ -113,8 +113,11 @@ std::optional<int> SelftestCommand::run() {
                          eval::selftest_is_negative(it);
     const bool named = !it.empty() && (std::isdigit(static_cast<unsigned char>(it[0])) ||
                                        it.find('/') != std::string::npos || it.find(':') != std::string::npos);
-    MC_CHECK(variant || named, "--redo: '", it, "' is no variant (",
-             "fp64, reorder, renamed, constant, half, off_by_one, negatives, honest), problem or candidate");
+    if (variant || named) continue;
+    std::string known;
+    for (const auto* vs : {&eval::kSelftestHonest, &eval::kSelftestNegative})
+      for (const auto& v : *vs) known += v + ", ";
+    throw Error(str_cat("--redo: '", it, "' is no variant (", known, "negatives, honest), problem or candidate"));
   }
   int redone = 0;
   if (m.resume && fs::exists(rows_path)) {
