@@ -183,9 +183,8 @@ QwenModel QwenModel::random(const QwenConfig& cfg, c10::Device device, c10::Scal
 
 void QwenModel::assemble(const TensorSource& w_get, c10::Device device) {
   const QwenConfig& c = cfg_;
-  QwenModel& m = *this;
   int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  m.embed_ = w_get("model.embed_tokens.weight", {c.vocab_size, H});
+  embed_ = w_get("model.embed_tokens.weight", {c.vocab_size, H});
   for (int64_t i = 0; i < c.num_layers; ++i) {
     std::string p = fmt::format("model.layers.{}.", i);
     Layer l;
@@ -205,11 +204,11 @@ void QwenModel::assemble(const TensorSource& w_get, c10::Device device) {
     l.post_norm = w_get(p + "post_attention_layernorm.weight", {H});
     l.gate_up_w = at::cat({w_get(p + "mlp.gate_proj.weight", {I, H}), w_get(p + "mlp.up_proj.weight", {I, H})});
     l.down_w = w_get(p + "mlp.down_proj.weight", {H, I});
-    m.layers_.push_back(std::move(l));
+    layers_.push_back(std::move(l));
   }
-  m.final_norm_ = w_get("model.norm.weight", {H});
+  final_norm_ = w_get("model.norm.weight", {H});
   // Tied checkpoints may still carry lm_head.weight; transformers ignores it then, so do we.
-  m.lm_head_w_ = c.tie_word_embeddings ? m.embed_ : w_get("lm_head.weight", {c.vocab_size, H});
+  lm_head_w_ = c.tie_word_embeddings ? embed_ : w_get("lm_head.weight", {c.vocab_size, H});
 
   // RoPE tables exactly as transformers builds them: inv_freq in fp32, outer product with the
   // positions, cos/sin of [freqs, freqs].
@@ -218,8 +217,8 @@ void QwenModel::assemble(const TensorSource& w_get, c10::Device device) {
   auto pos = at::arange(c.max_position_embeddings, f32);
   auto freqs = at::outer(pos, inv_freq.to(at::kFloat));
   auto emb = at::cat({freqs, freqs}, -1);
-  m.rope_cos_ = emb.cos().to(device);
-  m.rope_sin_ = emb.sin().to(device);
+  rope_cos_ = emb.cos().to(device);
+  rope_sin_ = emb.sin().to(device);
 }
 
 at::Tensor QwenModel::rms_norm(const at::Tensor& x, const at::Tensor& w) const {
