@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <map>
 #include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -12,10 +14,20 @@
 namespace mc::serve {
 namespace {
 
-using Results = std::vector<std::pair<size_t, eval::EvalResult>>;
+using Results = Verifier::Results;
 
-void sort_by_id(Results& r) {
-  std::sort(r.begin(), r.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+// The answers under `ids`, taken out of `done` (every one must be there), in id order.
+Results take(std::map<size_t, eval::EvalResult>& done, std::set<size_t>& outstanding, std::vector<size_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  Results out;
+  for (size_t id : ids) {
+    auto it = done.find(id);
+    MC_INTERNAL_ASSERT(it != done.end(), "verifier: collect() of an answer never submitted or already collected");
+    out.emplace_back(id, std::move(it->second));
+    done.erase(it);
+    outstanding.erase(id);
+  }
+  return out;
 }
 
 class InProcessVerifier : public Verifier {
@@ -24,22 +36,24 @@ class InProcessVerifier : public Verifier {
   void submit(size_t id, eval::Candidate c) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      ++submitted_;
+      MC_INTERNAL_ASSERT(outstanding_.insert(id).second, "verifier: id ", id, " submitted twice");
     }
     ev_.submit(std::move(c), [this, id](eval::EvalResult r) {
       std::lock_guard<std::mutex> lock(mu_);
-      done_.emplace_back(id, std::move(r));
+      done_.emplace(id, std::move(r));
       cv_.notify_all();
     });
   }
-  Results collect() override {
+  using Verifier::collect;
+  Results collect(const std::vector<size_t>& ids) override {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return done_.size() == submitted_; });
-    Results out = std::move(done_);
-    done_.clear();
-    submitted_ = 0;
-    sort_by_id(out);
-    return out;
+    for (size_t id : ids) MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect() of id ", id, ", which is not outstanding");
+    cv_.wait(lock, [&] { return std::all_of(ids.begin(), ids.end(), [&](size_t id) { return done_.count(id) > 0; }); });
+    return take(done_, outstanding_, ids);
+  }
+  std::vector<size_t> outstanding() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return {outstanding_.begin(), outstanding_.end()};
   }
   void hold(bool h) override {
     if (opts_.timing_gate) ev_.hold_timing(h);
@@ -52,11 +66,11 @@ class InProcessVerifier : public Verifier {
 
  private:
   eval::EvaluatorOptions opts_;
-  eval::Evaluator ev_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
-  size_t submitted_ = 0;
-  Results done_;
+  std::set<size_t> outstanding_;
+  std::map<size_t, eval::EvalResult> done_;
+  eval::Evaluator ev_;  // last: destroyed first, while what its callbacks touch still exists
 };
 
 class ServiceVerifier : public Verifier {
@@ -71,9 +85,22 @@ class ServiceVerifier : public Verifier {
       throw Error(str_cat("--verifier ", url, ": the MooreEval service does not answer (", e.what(), ")"));
     }
   }
-  void submit(size_t id, eval::Candidate c) override { queued_.emplace_back(id, std::move(c)); }
-  Results collect() override {
-    Results out;
+  void submit(size_t id, eval::Candidate c) override {
+    MC_INTERNAL_ASSERT(outstanding_.insert(id).second, "verifier: id ", id, " submitted twice");
+    queued_.emplace_back(id, std::move(c));
+  }
+  // Everything queued goes in one batch (answers of a later step too), and what was not asked
+  // for waits in done_ for its own collect().
+  using Verifier::collect;
+  Results collect(const std::vector<size_t>& ids) override {
+    if (!std::all_of(ids.begin(), ids.end(), [&](size_t id) { return done_.count(id) > 0; })) send_queued();
+    return take(done_, outstanding_, ids);
+  }
+  std::vector<size_t> outstanding() const override { return {outstanding_.begin(), outstanding_.end()}; }
+  std::string describe() const override { return "MooreEval service at " + co_.url; }
+
+ private:
+  void send_queued() {
     std::vector<VerifyItem> items;
     std::vector<size_t> ids;
     for (auto& [id, c] : queued_) {
@@ -99,17 +126,15 @@ class ServiceVerifier : public Verifier {
         r.verdict = eval::Verdict::kInfraError;
         r.infra_error = "verifier service: " + failure;
       }
-      out.emplace_back(ids[k], std::move(r));
+      done_.emplace(ids[k], std::move(r));
     }
     queued_.clear();
-    sort_by_id(out);
-    return out;
   }
-  std::string describe() const override { return "MooreEval service at " + co_.url; }
 
- private:
   ClientOptions co_;
   std::vector<std::pair<size_t, eval::Candidate>> queued_;
+  std::set<size_t> outstanding_;
+  std::map<size_t, eval::EvalResult> done_;
 };
 
 }  // namespace

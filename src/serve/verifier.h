@@ -22,10 +22,18 @@ namespace mc::serve {
 class Verifier {
  public:
   virtual ~Verifier() = default;
-  // Queues one answer under `id` (the caller's); its result comes back from collect().
+  using Results = std::vector<std::pair<size_t, eval::EvalResult>>;
+  // Queues one answer under `id` (the caller's, unique among those not yet collected); its
+  // result comes back from collect().
   virtual void submit(size_t id, eval::Candidate c) = 0;
-  // Waits for every answer submitted since the last collect(); (id, result) pairs, in id order.
-  virtual std::vector<std::pair<size_t, eval::EvalResult>> collect() = 0;
+  // Waits for the answers submitted under `ids` and returns them as (id, result) pairs in id
+  // order; answers submitted under other ids stay outstanding (an RL step's answers are
+  // collected while the next step's are already being judged). An id never submitted, or
+  // already collected, is an internal error.
+  virtual Results collect(const std::vector<size_t>& ids) = 0;
+  // Every answer not yet collected.
+  Results collect() { return collect(outstanding()); }
+  virtual std::vector<size_t> outstanding() const = 0;
   // Held: no judge times until released (compiles and correctness trials go on), and hold(true)
   // returns once no judge is timing. In process, with EvaluatorOptions::timing_gate.
   virtual void hold(bool) {}
