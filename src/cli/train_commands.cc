@@ -114,6 +114,8 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--kl-coef", r.loss.kl_coef, "k3 KL to the starting model (0: off, no reference loaded)")->capture_default_str();
   l->add_option("--off-policy", r.off_policy, "0: train on this step's rollouts; 1: on the previous step's (one step stale)")
       ->capture_default_str()->check(CLI::Range(0, 1));
+  l->add_flag("--async", r.async,
+              "generate the next step's first turn while this step's answers are judged (one step off-policy, as --off-policy 1)");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();

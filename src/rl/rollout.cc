@@ -17,6 +17,10 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+std::string sample_id(const std::string& tag, const Trajectory& t, int turn) {
+  return fmt::format("{}-p{}-g{}-t{}", tag, t.prompt, t.sample, turn);
+}
+
 }  // namespace
 
 int Trajectory::first_pass() const {
@@ -59,157 +63,274 @@ std::vector<int32_t> RolloutRunner::encode_conversation(const std::vector<tok::C
 
 std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                                            const RolloutOptions& o, RolloutStats* stats) {
+  RolloutBatch b = start(prompts, tasks, o, 0, stats);
+  finish(b, tasks, stats);
+  return std::move(b.traj);
+}
+
+RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
+                                  const RolloutOptions& o, size_t id_base, RolloutStats* stats) {
   MC_CHECK(o.group_size >= 1 && o.max_turns >= 1, "rollouts need a group size and max turns >= 1");
-  c10::AutoGradMode no_grad(false);
-  std::vector<Trajectory> traj;
-  std::vector<std::vector<tok::ChatTurn>> convo;  // per trajectory: the conversation so far
+  RolloutBatch b;
+  b.prompts = prompts;
+  b.opts = o;
+  b.id_base = id_base;
   for (size_t p = 0; p < prompts.size(); ++p)
     for (int g = 0; g < o.group_size; ++g) {
       Trajectory t;
       t.prompt = p;
       t.sample = g;
-      traj.push_back(std::move(t));
-      convo.push_back(prompts[p].messages);
+      b.traj.push_back(std::move(t));
+      b.convo.push_back(prompts[p].messages);
     }
-  const int64_t max_seq = engine_.options().max_seq_len;
-  std::map<std::pair<std::string, std::string>, std::pair<size_t, int>> judged;  // (problem, text) -> (trajectory, turn)
+  generate_turn(b, tasks, stats);
+  return b;
+}
 
-  for (int turn = 1; turn <= o.max_turns; ++turn) {
-    // Who answers this turn: request r -> (trajectories it serves).
-    std::vector<gen::GenerationRequest> reqs;
-    std::vector<std::vector<size_t>> served;
-    if (turn == 1) {
-      for (size_t p = 0; p < prompts.size(); ++p) {
-        gen::GenerationRequest r;
-        r.prompt = encode_conversation(prompts[p].messages);
-        r.params = o.sampling;
-        r.params.n = o.group_size;
-        r.params.seed = prompts[p].seed;
-        r.params.stop_token_ids = {im_end_};
-        MC_CHECK(static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens <= max_seq, "prompt of ",
-                 tasks[prompts[p].task].problem->key, " (", r.prompt.size(), " tokens) + --max-new-tokens exceeds --max-seq-len ",
-                 max_seq);
-        std::vector<size_t> ids;
-        for (int g = 0; g < o.group_size; ++g) ids.push_back(p * o.group_size + g);
-        reqs.push_back(std::move(r));
-        served.push_back(std::move(ids));
-      }
-    } else {
-      for (size_t i = 0; i < traj.size(); ++i) {
-        Trajectory& t = traj[i];
-        if (!t.stop_reason.empty()) continue;
-        const TurnRecord& last = t.turns.back();
-        convo[i].push_back({"assistant", last.text});
-        convo[i].push_back({"user", synth::repair_prompt(last.result.feedback)});
-        gen::GenerationRequest r;
-        r.prompt = encode_conversation(convo[i]);
-        r.params = o.sampling;
-        r.params.n = 1;
-        r.params.seed = gen::mix64(prompts[t.prompt].seed ^ gen::mix64(static_cast<uint64_t>(t.sample) * 1315423911u + turn));
-        r.params.stop_token_ids = {im_end_};
-        if (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens > max_seq) {
-          t.stop_reason = "context_full";
-          continue;
-        }
-        reqs.push_back(std::move(r));
-        served.push_back({i});
-      }
+void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
+                           const std::function<void()>& at_first_wait) {
+  bool waited = false;
+  for (;;) {
+    if (!b.collected) {
+      if (!waited && at_first_wait) at_first_wait();
+      waited = true;
+      collect_turn(b, stats);
     }
-    if (reqs.empty()) break;
-
-    // Generate; each sampled answer goes to MooreEval at once (planted ones after generation).
-    std::vector<size_t> pending_planted;
-    // An answer identical to one already judged this step (same problem, same text) is not
-    // judged again: it gets that verdict. Verification costs less, and identical answers get
-    // the same score, where timing noise would otherwise give them different rewards and so
-    // advantages with no cause in the policy (a memorizing model samples many twins).
-    std::vector<size_t> twins;
-    auto sample_id = [&](const Trajectory& t) { return fmt::format("{}-p{}-g{}-t{}", o.tag, t.prompt, t.sample, turn); };
-    auto submit = [&](size_t i) {
-      Trajectory& t = traj[i];
-      const synth::Task& task = tasks[prompts[t.prompt].task];
-      auto [it, fresh] = judged.try_emplace({task.problem->key, t.turns.back().text}, std::make_pair(i, turn));
-      if (!fresh) {
-        t.turns.back().twin_of = it->second;
-        twins.push_back(i);
-        return;
-      }
-      eval::Candidate c;
-      c.problem = task.problem;
-      c.problem_ref = task.problem->key;
-      c.sample_id = sample_id(t);
-      c.answer = t.turns.back().text;
-      c.origin = "rollout";
-      verifier_.submit(i, std::move(c));
-    };
-    auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
-      Trajectory& t = traj[i];
-      TurnRecord rec;
-      rec.context = context;
-      rec.tokens = comp.tokens;
-      rec.logprobs = comp.logprobs;
-      rec.text = comp.text;
-      rec.finish_reason = comp.finish_reason;
-      t.turns.push_back(std::move(rec));
-      const std::string& key = tasks[prompts[t.prompt].task].problem->key;
-      if (planted_ && planted_->find(key, o.step, turn, t.sample)) pending_planted.push_back(i);
-      else submit(i);
-    };
-    auto t0 = Clock::now();
-    if (o.hold_judges) verifier_.hold(true);
-    auto outs = engine_.generate(reqs, {}, [&](size_t r, int s, const gen::Completion& c) {
-      record(served[r][static_cast<size_t>(s)], reqs[r].prompt, c);
-    });
-    if (stats) {
-      stats->generate_s += since(t0);
-      for (auto& o2 : outs)
-        for (auto& c : o2) stats->generated_tokens += c.tokens.size();
-    }
-    for (size_t i : pending_planted) {
-      Trajectory& t = traj[i];
-      TurnRecord& rec = t.turns.back();
-      const std::string& key = tasks[prompts[t.prompt].task].problem->key;
-      rec.text = *planted_->find(key, o.step, turn, t.sample);
-      rec.tokens = tok_.encode(rec.text);
-      rec.tokens.push_back(im_end_);
-      rec.finish_reason = "stop";
-      rec.planted = true;
-      // The policy's own log-probabilities of the planted tokens, as the engine reports them.
-      std::vector<int64_t> ids(rec.context.begin(), rec.context.end());
-      ids.insert(ids.end(), rec.tokens.begin(), rec.tokens.end());
-      auto lp = model_.token_logprobs(at::tensor(ids).unsqueeze(0).to(model_.device()), o.sampling.temperature)
-                    .squeeze(0)
-                    .to(at::kFloat)
-                    .cpu();
-      const int64_t n = rec.tokens.size(), T = lp.size(0);
-      rec.logprobs.assign(lp.data_ptr<float>() + (T - n), lp.data_ptr<float>() + T);
-      submit(i);
-    }
-    if (o.hold_judges) verifier_.hold(false);
-    auto t1 = Clock::now();
-    for (auto& [i, r] : verifier_.collect()) traj[i].turns.back().result = std::move(r);
-    for (size_t i : twins) {
-      TurnRecord& rec = traj[i].turns.back();
-      rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
-      rec.result.sample_id = sample_id(traj[i]);
-    }
-    if (stats) {
-      stats->verify_wait_s += since(t1);
-      for (auto& ids : served) stats->answers += static_cast<int64_t>(ids.size());
-      stats->twins += static_cast<int64_t>(twins.size());
-    }
-    for (auto& ids : served)
-      for (size_t i : ids) {
-        Trajectory& t = traj[i];
-        const TurnRecord& last = t.turns.back();
-        if (last.infra()) t.stop_reason = "infra_error";
-        else if (last.passed()) t.stop_reason = "passed";
-        else if (turn == o.max_turns) t.stop_reason = "max_turns";
-      }
+    if (!generate_turn(b, tasks, stats)) break;
   }
-  for (auto& t : traj)
+  if (!waited && at_first_wait) at_first_wait();
+  for (auto& t : b.traj)
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
-  return traj;
+}
+
+bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats) {
+  MC_INTERNAL_ASSERT(b.collected, "rollouts: a turn generated before the last one's verdicts were collected");
+  const RolloutOptions& o = b.opts;
+  const int turn = b.turns + 1;
+  b.answering.clear();
+  b.twins.clear();
+  if (turn > o.max_turns) return false;
+  c10::AutoGradMode no_grad(false);
+  std::vector<Trajectory>& traj = b.traj;
+  const auto& prompts = b.prompts;
+  const int64_t max_seq = engine_.options().max_seq_len;
+  // Who answers this turn: request r -> (trajectories it serves).
+  std::vector<gen::GenerationRequest> reqs;
+  std::vector<std::vector<size_t>> served;
+  if (turn == 1) {
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      gen::GenerationRequest r;
+      r.prompt = encode_conversation(prompts[p].messages);
+      r.params = o.sampling;
+      r.params.n = o.group_size;
+      r.params.seed = prompts[p].seed;
+      r.params.stop_token_ids = {im_end_};
+      MC_CHECK(static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens <= max_seq, "prompt of ",
+               tasks[prompts[p].task].problem->key, " (", r.prompt.size(), " tokens) + --max-new-tokens exceeds --max-seq-len ",
+               max_seq);
+      std::vector<size_t> ids;
+      for (int g = 0; g < o.group_size; ++g) ids.push_back(p * o.group_size + g);
+      reqs.push_back(std::move(r));
+      served.push_back(std::move(ids));
+    }
+  } else {
+    for (size_t i = 0; i < traj.size(); ++i) {
+      Trajectory& t = traj[i];
+      if (!t.stop_reason.empty()) continue;
+      const TurnRecord& last = t.turns.back();
+      b.convo[i].push_back({"assistant", last.text});
+      b.convo[i].push_back({"user", synth::repair_prompt(last.result.feedback)});
+      gen::GenerationRequest r;
+      r.prompt = encode_conversation(b.convo[i]);
+      r.params = o.sampling;
+      r.params.n = 1;
+      r.params.seed = gen::mix64(prompts[t.prompt].seed ^ gen::mix64(static_cast<uint64_t>(t.sample) * 1315423911u + turn));
+      r.params.stop_token_ids = {im_end_};
+      if (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens > max_seq) {
+        t.stop_reason = "context_full";
+        continue;
+      }
+      reqs.push_back(std::move(r));
+      served.push_back({i});
+    }
+  }
+  if (reqs.empty()) return false;
+  b.turns = turn;
+  b.collected = false;
+  for (auto& ids : served) b.answering.insert(b.answering.end(), ids.begin(), ids.end());
+
+  // Generate; each sampled answer goes to MooreEval at once (planted ones after generation).
+  std::vector<size_t> pending_planted;
+  // An answer identical to one already judged in the batch (same problem, same text) is not
+  // judged again: it gets that verdict. Verification costs less, and identical answers get
+  // the same score, where timing noise would otherwise give them different rewards and so
+  // advantages with no cause in the policy (a memorizing model samples many twins).
+  auto submit = [&](size_t i) {
+    Trajectory& t = traj[i];
+    const synth::Task& task = tasks[prompts[t.prompt].task];
+    auto [it, fresh] = b.judged.try_emplace({task.problem->key, t.turns.back().text}, std::make_pair(i, turn));
+    if (!fresh) {
+      t.turns.back().twin_of = it->second;
+      b.twins.push_back(i);
+      return;
+    }
+    eval::Candidate c;
+    c.problem = task.problem;
+    c.problem_ref = task.problem->key;
+    c.sample_id = sample_id(o.tag, t, turn);
+    c.answer = t.turns.back().text;
+    c.origin = "rollout";
+    verifier_.submit(b.id_base + i, std::move(c));
+  };
+  auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
+    Trajectory& t = traj[i];
+    TurnRecord rec;
+    rec.context = context;
+    rec.tokens = comp.tokens;
+    rec.logprobs = comp.logprobs;
+    rec.text = comp.text;
+    rec.finish_reason = comp.finish_reason;
+    t.turns.push_back(std::move(rec));
+    const std::string& key = tasks[prompts[t.prompt].task].problem->key;
+    if (planted_ && planted_->find(key, o.step, turn, t.sample)) pending_planted.push_back(i);
+    else submit(i);
+  };
+  auto t0 = Clock::now();
+  if (o.hold_judges) verifier_.hold(true);
+  auto outs = engine_.generate(reqs, {}, [&](size_t r, int s, const gen::Completion& c) {
+    record(served[r][static_cast<size_t>(s)], reqs[r].prompt, c);
+  });
+  if (stats) {
+    stats->generate_s += since(t0);
+    for (auto& o2 : outs)
+      for (auto& c : o2) stats->generated_tokens += c.tokens.size();
+  }
+  for (size_t i : pending_planted) {
+    Trajectory& t = traj[i];
+    TurnRecord& rec = t.turns.back();
+    const std::string& key = tasks[prompts[t.prompt].task].problem->key;
+    rec.text = *planted_->find(key, o.step, turn, t.sample);
+    rec.tokens = tok_.encode(rec.text);
+    rec.tokens.push_back(im_end_);
+    rec.finish_reason = "stop";
+    rec.planted = true;
+    // The policy's own log-probabilities of the planted tokens, as the engine reports them.
+    std::vector<int64_t> ids(rec.context.begin(), rec.context.end());
+    ids.insert(ids.end(), rec.tokens.begin(), rec.tokens.end());
+    auto lp = model_.token_logprobs(at::tensor(ids).unsqueeze(0).to(model_.device()), o.sampling.temperature)
+                  .squeeze(0)
+                  .to(at::kFloat)
+                  .cpu();
+    const int64_t n = rec.tokens.size(), T = lp.size(0);
+    rec.logprobs.assign(lp.data_ptr<float>() + (T - n), lp.data_ptr<float>() + T);
+    submit(i);
+  }
+  if (o.hold_judges) verifier_.hold(false);
+  b.answers += static_cast<int64_t>(b.answering.size());
+  b.twin_answers += static_cast<int64_t>(b.twins.size());
+  return true;
+}
+
+void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
+  if (b.collected) return;
+  std::vector<Trajectory>& traj = b.traj;
+  std::vector<size_t> ids;
+  for (size_t i : b.answering)
+    if (!traj[i].turns.back().twin_of) ids.push_back(b.id_base + i);
+  auto t1 = Clock::now();
+  for (auto& [id, r] : verifier_.collect(ids)) traj[id - b.id_base].turns.back().result = std::move(r);
+  if (stats) stats->verify_wait_s += since(t1);
+  for (size_t i : b.twins) {
+    TurnRecord& rec = traj[i].turns.back();
+    rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
+    rec.result.sample_id = sample_id(b.opts.tag, traj[i], b.turns);
+  }
+  for (size_t i : b.answering) {
+    Trajectory& t = traj[i];
+    const TurnRecord& last = t.turns.back();
+    if (last.infra()) t.stop_reason = "infra_error";
+    else if (last.passed()) t.stop_reason = "passed";
+    else if (b.turns == b.opts.max_turns) t.stop_reason = "max_turns";
+  }
+  b.collected = true;
+}
+
+// --- checkpoints ---------------------------------------------------------------------------
+
+nlohmann::json RolloutBatch::to_json(const std::vector<synth::Task>& tasks) const {
+  using json = nlohmann::json;
+  MC_INTERNAL_ASSERT(collected, "rollouts: a batch is saved only once its last turn's verdicts are in");
+  auto turns_json = [](const std::vector<tok::ChatTurn>& m) {
+    json a = json::array();
+    for (const auto& t : m) a.push_back({t.role, t.content});
+    return a;
+  };
+  json ps = json::array();
+  for (const auto& p : prompts)
+    ps.push_back({{"problem", tasks[p.task].problem->key}, {"repair", p.repair}, {"messages", turns_json(p.messages)},
+                  {"seed", p.seed}});
+  json ts = json::array();
+  for (size_t i = 0; i < traj.size(); ++i) {
+    const Trajectory& t = traj[i];
+    json turns = json::array();
+    for (const auto& r : t.turns)
+      turns.push_back({{"context", r.context}, {"tokens", r.tokens}, {"logprobs", r.logprobs}, {"text", r.text},
+                       {"finish_reason", r.finish_reason}, {"result", eval::to_json(r.result)}, {"planted", r.planted},
+                       {"twin_of", r.twin_of ? json{r.twin_of->first, r.twin_of->second} : json()}});
+    ts.push_back({{"prompt", t.prompt}, {"sample", t.sample}, {"stop", t.stop_reason}, {"turns", turns},
+                  {"convo", turns_json(convo[i])}});
+  }
+  json jd = json::array();
+  for (const auto& [k, v] : judged) jd.push_back({k.first, k.second, v.first, v.second});
+  return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"answering", answering},
+          {"twins", twins}, {"id_base", id_base}, {"answers", answers}, {"twin_answers", twin_answers}};
+}
+
+RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key,
+                                     const RolloutOptions& opts) {
+  auto turns_from = [](const nlohmann::json& a) {
+    std::vector<tok::ChatTurn> m;
+    for (const auto& t : a) m.push_back({t.at(0).get<std::string>(), t.at(1).get<std::string>()});
+    return m;
+  };
+  RolloutBatch b;
+  b.opts = opts;
+  for (const auto& p : j.at("prompts")) {
+    auto it = task_by_key.find(p.at("problem").get<std::string>());
+    MC_CHECK(it != task_by_key.end(), "--resume: the checkpoint's next rollouts ask for problem ", p.at("problem").dump(),
+             ", which is no longer in --problems");
+    b.prompts.push_back({it->second, p.at("repair").get<bool>(), turns_from(p.at("messages")), p.at("seed").get<uint64_t>()});
+  }
+  for (const auto& tj : j.at("trajectories")) {
+    Trajectory t;
+    t.prompt = tj.at("prompt").get<size_t>();
+    t.sample = tj.at("sample").get<int>();
+    t.stop_reason = tj.at("stop").get<std::string>();
+    for (const auto& r : tj.at("turns")) {
+      TurnRecord rec;
+      rec.context = r.at("context").get<std::vector<int32_t>>();
+      rec.tokens = r.at("tokens").get<std::vector<int32_t>>();
+      rec.logprobs = r.at("logprobs").get<std::vector<float>>();
+      rec.text = r.at("text").get<std::string>();
+      rec.finish_reason = r.at("finish_reason").get<std::string>();
+      rec.result = eval::result_from_json(r.at("result"));
+      rec.planted = r.at("planted").get<bool>();
+      if (!r.at("twin_of").is_null()) rec.twin_of = std::make_pair(r["twin_of"][0].get<size_t>(), r["twin_of"][1].get<int>());
+      t.turns.push_back(std::move(rec));
+    }
+    b.traj.push_back(std::move(t));
+    b.convo.push_back(turns_from(tj.at("convo")));
+  }
+  for (const auto& e : j.at("judged"))
+    b.judged[{e[0].get<std::string>(), e[1].get<std::string>()}] = {e[2].get<size_t>(), e[3].get<int>()};
+  b.turns = j.at("turns").get<int>();
+  b.answering = j.at("answering").get<std::vector<size_t>>();
+  b.twins = j.at("twins").get<std::vector<size_t>>();
+  b.id_base = j.at("id_base").get<size_t>();
+  b.answers = j.at("answers").get<int64_t>();
+  b.twin_answers = j.at("twin_answers").get<int64_t>();
+  b.collected = true;
+  return b;
 }
 
 }  // namespace mc::rl

@@ -11,14 +11,22 @@
 // On a GPU shared with generation, timing is held while the engine runs (compiles and the
 // correctness trials go on) and released between turns, so no timing is taken while our own
 // kernels occupy the GPU.
+//
+// A step's rollouts are a RolloutBatch, advanced one turn at a time (generate_turn, then
+// collect_turn), so that the engine can answer for another batch while this one's answers are
+// judged: with --async the trainer generates the next step's first turn at this step's first
+// wait (RolloutRunner::finish's `at_first_wait`).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "eval/result.h"
 #include "generate/engine.h"
@@ -81,10 +89,31 @@ struct RolloutOptions {
   int64_t step = 0;              // 1-based, for planted answers
 };
 
+// Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
 struct RolloutStats {
   double generate_s = 0, verify_wait_s = 0;  // engine time; waiting for MooreEval after generating
-  int64_t generated_tokens = 0, answers = 0;
-  int64_t twins = 0;  // answers identical to one judged earlier in the step (not judged again)
+  int64_t generated_tokens = 0;
+};
+
+// One step's prompts and trajectories, and how far they have got: `turns` turns generated,
+// the last one's verdicts collected or not. Verifier ids are id_base + trajectory index.
+struct RolloutBatch {
+  std::vector<RolloutPrompt> prompts;
+  RolloutOptions opts;
+  std::vector<Trajectory> traj;
+  std::vector<std::vector<tok::ChatTurn>> convo;  // per trajectory: the conversation so far
+  // (problem, answer text) -> (trajectory, turn) of the first such answer judged in the batch.
+  std::map<std::pair<std::string, std::string>, std::pair<size_t, int>> judged;
+  int turns = 0;
+  bool collected = true;
+  std::vector<size_t> answering;  // trajectories that answered the last generated turn
+  std::vector<size_t> twins;      // ... of which share an earlier answer's verdict
+  size_t id_base = 0;
+  int64_t answers = 0, twin_answers = 0;  // over all turns
+  // Checkpoints: a batch whose last turn is collected (tasks by problem key).
+  nlohmann::json to_json(const std::vector<synth::Task>& tasks) const;
+  static RolloutBatch from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key,
+                                const RolloutOptions& opts);
 };
 
 class RolloutRunner {
@@ -92,9 +121,22 @@ class RolloutRunner {
   // All references must outlive the runner. `planted` may be null.
   RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
                 serve::Verifier& verifier, const PlantedAnswers* planted);
-  // Trajectories prompt by prompt, G each, in order.
+  // Trajectories prompt by prompt, G each, in order: start, then finish.
   std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                               const RolloutOptions& o, RolloutStats* stats);
+  // A batch with its first turn generated and submitted; `id_base` keeps its verifier ids apart
+  // from any other batch's still outstanding.
+  RolloutBatch start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
+                     const RolloutOptions& o, size_t id_base, RolloutStats* stats);
+  // Collects and generates turn after turn until every trajectory has stopped. `at_first_wait`,
+  // if given, runs exactly once: before the first wait for verdicts, or at the end when there
+  // was none to wait for.
+  void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
+              const std::function<void()>& at_first_wait = {});
+  // One step of each: the next turn for every trajectory still going (false: none), and the
+  // wait for its verdicts.
+  bool generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats);
+  void collect_turn(RolloutBatch& b, RolloutStats* stats);
   // ChatML with the generation prompt, tokenized.
   std::vector<int32_t> encode_conversation(const std::vector<tok::ChatTurn>& messages) const;
 

@@ -66,6 +66,8 @@ void check_options(const RlOptions& o) {
   MC_CHECK(o.mirror_delta >= 0, "--mirror-delta must be >= 0");
   MC_CHECK(o.prime_echo.alpha >= 0 && o.prime_echo.alpha <= 1, "--alpha must be in [0, 1]");
   MC_CHECK(o.save_every >= 0 && o.keep_last >= 1 && o.samples_every >= 0, "--save-every and --samples-every must be >= 0, --keep >= 1");
+  MC_CHECK(!(o.async && o.off_policy > 0), "--async and --off-policy ", o.off_policy,
+           " contradict each other: --async already trains on rollouts one step old (use one of them)");
   MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
            "--verifier URL and --verify-device cpu contradict each other: the service's judges run where the service runs");
 }
@@ -147,6 +149,20 @@ std::vector<TrainSeq> train_seqs_from_json(const json& a) {
     v.push_back({j.at("tokens").get<std::vector<int32_t>>(), j.at("n_context").get<size_t>(),
                  j.at("old_logp").get<std::vector<float>>(), j.at("advantage").get<double>()});
   return v;
+}
+
+// One step's prompts over all ranks, this rank's share, and its rollouts.
+struct StepRollouts {
+  size_t prompts = 0;                // over all ranks
+  std::vector<size_t> global_index;  // this rank's prompts' indices among them
+  size_t repairs_drawn = 0, repairs_skipped = 0;
+  RolloutBatch batch;                // this rank's prompts (batch.prompts) and trajectories
+};
+
+// The next step's rollouts, first turn collected, saved with a checkpoint (--async).
+json to_json(const StepRollouts& s, const std::vector<synth::Task>& tasks) {
+  return {{"prompts", s.prompts}, {"global_index", s.global_index}, {"repairs_drawn", s.repairs_drawn},
+          {"repairs_skipped", s.repairs_skipped}, {"batch", s.batch.to_json(tasks)}};
 }
 
 json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
@@ -231,6 +247,8 @@ RlResult run_rl(const RlOptions& o) {
   const json fingerprint = {{"problems", fs::absolute(o.problems).string()}, {"tasks", tasks.size()}, {"seed", o.seed},
                             {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
                             {"order", o.order}, {"off_policy", o.off_policy}};
+  auto next_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-next-rank{:05d}.json", dist.rank()); };
+  std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
   std::vector<TrainSeq> pending;  // --off-policy 1: last step's rollouts, trained this step
@@ -245,6 +263,18 @@ RlResult run_rl(const RlOptions& o) {
     index = st.at("data_position").at("index").get<int64_t>();
     elapsed = st.value("elapsed_s", 0.0);
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
+    MC_CHECK(st.value("async", false) == o.async, "--resume: the run in ", ckpt->dir, (o.async ? " ran without" : " ran with"),
+             " --async (give the same)");
+    if (o.async && fs::exists(next_file(ckpt->dir))) {
+      json j = json::parse(std::ifstream(next_file(ckpt->dir)));
+      StepRollouts s;
+      s.prompts = j.at("prompts").get<size_t>();
+      s.global_index = j.at("global_index").get<std::vector<size_t>>();
+      s.repairs_drawn = j.at("repairs_drawn").get<size_t>();
+      s.repairs_skipped = j.at("repairs_skipped").get<size_t>();
+      s.batch = RolloutBatch::from_json(j.at("batch"), task_by_key, RolloutOptions{});
+      next = std::move(s);
+    }
     if (st.contains("pending")) {
       // Each rank's waiting sequences, in its own file.
       auto f = fs::path(ckpt->dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank());
@@ -267,30 +297,28 @@ RlResult run_rl(const RlOptions& o) {
   auto save = [&](int64_t step) {
     json st = {{"kind", "rl"}, {"step", step}, {"data_position", {{"epoch", epoch}, {"index", index}}},
                {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
-               {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0}};
+               {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0},
+               {"async", o.async}};
+    // The next step's first turn is saved with its verdicts: wait for them.
+    if (next) runner.collect_turn(next->batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
                            [&](const std::string& dir) {
                              if (o.off_policy > 0)
                                std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
                                    << to_json(pending).dump() << "\n";
+                             if (next) std::ofstream(next_file(dir)) << dump_text(to_json(*next, tasks)) << "\n";
                            });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
   };
 
-  // Verifier failures, each with what the verifier said (OUT/infra_errors[-rankN].jsonl).
-  std::ofstream infra_log(fs::path(o.out_dir) / (dist.world() > 1 ? fmt::format("infra_errors-rank{:05d}.jsonl", dist.rank())
-                                                                    : std::string("infra_errors.jsonl")),
-                          std::ios::app);
-  ProgressBar bar("rl", static_cast<size_t>(std::max<int64_t>(0, sched.total_steps - start)), main && o.progress);
-  for (int64_t step = start; step < sched.total_steps; ++step) {
-    auto t_step = Clock::now();
-    model::reset_peak_memory(device);
-    // --- 1. prompts: repair tasks first, then the next tasks in order (identical on every rank)
+  // A step's prompts: repair tasks first, then the next tasks in order (identical on every rank),
+  // and this rank's share. Moves the data position and the retry buffer's draws.
+  auto draw = [&](int64_t step) {
+    StepRollouts r;
     std::vector<RolloutPrompt> prompts;
-    size_t repairs_drawn = 0, repairs_skipped = 0;
     if (o.bdr) {
       for (auto& e : buffer.draw(static_cast<size_t>(o.prompts_per_step))) {
-        ++repairs_drawn;
+        ++r.repairs_drawn;
         auto it = task_by_key.find(e.problem);
         if (it == task_by_key.end()) continue;
         RolloutPrompt p;
@@ -298,7 +326,7 @@ RlResult run_rl(const RlOptions& o) {
         p.repair = true;
         p.messages = {{"user", tasks[p.task].prompt}, {"assistant", e.failed_answer}, {"user", synth::repair_prompt(e.feedback)}};
         if (static_cast<int64_t>(runner.encode_conversation(p.messages).size()) + o.max_new_tokens > o.max_seq_len) {
-          ++repairs_skipped;
+          ++r.repairs_skipped;
           continue;
         }
         prompts.push_back(std::move(p));
@@ -317,16 +345,15 @@ RlResult run_rl(const RlOptions& o) {
     }
     for (size_t i = 0; i < prompts.size(); ++i)
       prompts[i].seed = gen::mix64(gen::step_key(o.seed, static_cast<uint64_t>(step)) + i);
-    // This rank's share.
-    std::vector<RolloutPrompt> mine;
-    std::vector<size_t> global_index;
+    r.prompts = prompts.size();
     for (size_t i = 0; i < prompts.size(); ++i)
       if (static_cast<int>(i % dist.world()) == dist.rank()) {
-        mine.push_back(prompts[i]);
-        global_index.push_back(i);
+        r.batch.prompts.push_back(prompts[i]);
+        r.global_index.push_back(i);
       }
-
-    // --- 2. rollouts
+    return r;
+  };
+  auto rollout_options = [&](int64_t step) {
     RolloutOptions ropt;
     ropt.group_size = o.group_size;
     ropt.max_turns = o.max_turns;
@@ -336,14 +363,50 @@ RlResult run_rl(const RlOptions& o) {
     ropt.hold_judges = o.hold_judges;
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
-    RolloutStats rstats;
-    auto traj = runner.run(mine, tasks, ropt, &rstats);
+    return ropt;
+  };
+  // Verifier ids of a step's answers, apart from the next step's (both outstanding with --async).
+  auto id_base = [](int64_t step) { return static_cast<size_t>(step) << 32; };
+  // Verifier failures, each with what the verifier said (OUT/infra_errors[-rankN].jsonl).
+  std::ofstream infra_log(fs::path(o.out_dir) / (dist.world() > 1 ? fmt::format("infra_errors-rank{:05d}.jsonl", dist.rank())
+                                                                    : std::string("infra_errors.jsonl")),
+                          std::ios::app);
+  ProgressBar bar("rl", static_cast<size_t>(std::max<int64_t>(0, sched.total_steps - start)), main && o.progress);
+  for (int64_t step = start; step < sched.total_steps; ++step) {
+    auto t_step = Clock::now();
+    model::reset_peak_memory(device);
+    RolloutStats rstats;  // this step's wall time (the next step's first turn included)
+    double prefetch_s = 0;
+    // --- 1-2. prompts and rollouts (with --async, made during the last step)
+    StepRollouts cur;
+    if (next) {
+      cur = std::move(*next);
+      next.reset();
+    } else {
+      cur = draw(step);
+      cur.batch = runner.start(cur.batch.prompts, tasks, rollout_options(step), id_base(step), &rstats);
+    }
+    cur.batch.opts = rollout_options(step);
+    // --async: the next step's first turn, generated while this step's answers are judged.
+    auto prefetch = [&] {
+      if (!o.async || step + 1 >= sched.total_steps) return;
+      auto t = Clock::now();
+      StepRollouts n = draw(step + 1);
+      n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats);
+      next = std::move(n);
+      prefetch_s = since(t);
+    };
+    runner.finish(cur.batch, tasks, &rstats, prefetch);
+    const std::vector<RolloutPrompt>& mine = cur.batch.prompts;
+    const std::vector<size_t>& global_index = cur.global_index;
+    std::vector<Trajectory>& traj = cur.batch.traj;
+    const size_t repairs_drawn = cur.repairs_drawn, repairs_skipped = cur.repairs_skipped;
 
     // --- 3. rewards, advantages, retry-buffer events
     json acc = json::object();
     json events = json::array();
     auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
-    add("twin_answers", static_cast<double>(rstats.twins));
+    add("twin_answers", static_cast<double>(cur.batch.twin_answers));
     for (size_t p = 0; p < mine.size(); ++p) {
       std::vector<size_t> scored;
       bool any_pass = false;
@@ -425,6 +488,9 @@ RlResult run_rl(const RlOptions& o) {
 
     // --- 4-5. recompute log-probs, MirrorPop, the clipped loss, backward
     auto t_train = Clock::now();
+    // No judge times on our GPU while we train (with --async the next step's answers are being
+    // judged now); compiles and correctness trials go on.
+    if (o.hold_judges) verifier->hold(true);
     // This step's turn-1 sequences with a signal; with --off-policy 1 they are trained one step
     // later (after the update they did not see), and last step's are trained now.
     std::vector<TrainSeq> fresh;
@@ -544,6 +610,7 @@ RlResult run_rl(const RlOptions& o) {
     }
     const double lr = sched.at(step);
     if (n_tokens > 0) opt.step(lr);
+    if (o.hold_judges) verifier->hold(false);
     const double train_s = since(t_train);
 
     std::stable_sort(all_events.begin(), all_events.end(),
@@ -568,7 +635,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"reward_std", std::sqrt(std::max(0.0, ratio(num(m, "reward_sq"), scored) - rmean * rmean))},
                 {"trajectories", num(m, "trajectories")},
                 {"infra_trajectories", num(m, "infra_trajectories")},
-                {"prompts", static_cast<double>(prompts.size())},
+                {"prompts", static_cast<double>(cur.prompts)},
                 {"repair_prompts", num(m, "repair_groups")},
                 {"all_failed_share", ratio(num(m, "all_failed_groups"), num(m, "groups"))},
                 {"zero_signal_share", ratio(num(m, "zero_signal_groups"), num(m, "groups"))},
@@ -601,6 +668,9 @@ RlResult run_rl(const RlOptions& o) {
                 {"context_full", num(m, "context_full")},
                 {"generate_s", rstats.generate_s},
                 {"verify_wait_s", rstats.verify_wait_s},
+                {"prefetch_generate_s", prefetch_s},
+                // What waiting for MooreEval adds to generation and training (issue target: <= 0.25).
+                {"verify_overhead", ratio(rstats.verify_wait_s, rstats.generate_s + train_s)},
                 {"train_s", train_s},
                 {"step_s", step_s},
                 {"gen_tokens_per_s", ratio(static_cast<double>(rstats.generated_tokens), rstats.generate_s)},

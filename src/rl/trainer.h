@@ -60,6 +60,11 @@ struct RlOptions {
   // 0: train on this step's rollouts. 1: on the previous step's (made before the last update,
   // as asynchronous generation would make them): one step off-policy, what MirrorPop guards.
   int off_policy = 0;
+  // Generate the next step's first turn while this step's answers are judged (at the first
+  // wait for verdicts), so that it is judged while this step finishes and trains. Its tokens
+  // come from the policy before this step's update: one step off-policy, like --off-policy 1,
+  // which it excludes. Training never overlaps generation: both use the same weights.
+  bool async = false;
   bool grad_checkpoint = false;
   // Verification.
   std::string verifier_url, verifier_token;

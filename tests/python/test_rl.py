@@ -105,7 +105,7 @@ def replaced(args, **opts):
 def without_timing(row):
     # Wall-clock times, and the measured speedups (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
-            "fast1_share"}
+            "fast1_share", "prefetch_generate_s", "verify_overhead"}
     return {k: v for k, v in row.items() if k not in skip}
 
 
@@ -206,15 +206,23 @@ def test_resume_equals_uninterrupted(setup):
     assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
     r = mc(*rl_args(setup, killed, *args, "--resume"))
     assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
-    a = [without_timing(x) for x in read_jsonl(straight / "metrics.jsonl")]
-    b = [without_timing(x) for x in read_jsonl(killed / "metrics.jsonl")]
-    assert [x["step"] for x in b] == [1, 2, 3]
+    a = assert_same_run(straight, killed)
     # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
     # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):
     # their mean |log ratio| is past delta = 0.1, and MirrorPop drops every one.
     assert not a[0]["updated"] and a[0]["trained_tokens"] == 0
     assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4 and a[1]["mirrorpop_filtered_share"] == 0
     assert a[2]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[2]["mirrorpop_filtered_share"] == 1 and not a[2]["updated"]
+    # The retry buffer is in the checkpoint too.
+    st = json.load(open(killed / "checkpoints" / "step-00000001" / "trainer_state.json"))
+    assert [e["problem"] for e in st["retry_buffer"]["entries"]] == ["2_ReLU"]
+
+
+def assert_same_run(straight, killed):
+    """The resumed run's rows (less wall-clock times) and final weights equal the straight run's."""
+    a = [without_timing(x) for x in read_jsonl(straight / "metrics.jsonl")]
+    b = [without_timing(x) for x in read_jsonl(killed / "metrics.jsonl")]
+    assert [x["step"] for x in b] == [1, 2, 3]
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for k in x:
@@ -228,9 +236,43 @@ def test_resume_equals_uninterrupted(setup):
     wb = load_file(str(killed / "checkpoints" / "step-00000003" / "model.safetensors"))
     for n in wa:
         torch.testing.assert_close(wa[n], wb[n], rtol=0, atol=1e-6)
-    # The retry buffer is in the checkpoint too.
-    st = json.load(open(killed / "checkpoints" / "step-00000001" / "trainer_state.json"))
-    assert [e["problem"] for e in st["retry_buffer"]["entries"]] == ["2_ReLU"]
+    return a
+
+
+def test_async_generates_ahead_and_resumes(setup):
+    """--async: the next step's first turn is generated at this step's first wait for verdicts and
+    judged while this step finishes and trains, so it comes from the policy before this step's
+    update. Killed after step 2 and resumed from step 1's checkpoint, which holds step 2's first
+    turn with its verdicts: the same rows and weights."""
+    base = setup[0]
+    straight, killed = base / "async", base / "async-killed"
+    args = ("--max-steps", "3", "--save-every", "1", "--async")
+    mc(*rl_args(setup, straight, *args))
+    r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
+    assert r.returncode != 0
+    assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
+    r = mc(*rl_args(setup, killed, *args, "--resume"))
+    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    full = read_jsonl(straight / "metrics.jsonl")
+    # Steps 1 and 2 generated the next step's first turn; the last step has none to make.
+    assert full[0]["prefetch_generate_s"] > 0 and full[1]["prefetch_generate_s"] > 0
+    assert full[2]["prefetch_generate_s"] == 0
+    assert all(0 <= x["verify_overhead"] for x in full)
+    a = assert_same_run(straight, killed)
+    # Step 1 trains its own answers (on-policy). Step 2's were sampled before step 1's update
+    # (lr 1e-3 here): MirrorPop sees the drift and drops them all, so step 2 does not update,
+    # and step 3's answers, sampled after it, are on-policy again.
+    assert a[0]["updated"] and a[0]["mirrorpop_mean_abs_log_ratio"] < 1e-4
+    assert a[1]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[1]["mirrorpop_filtered_share"] == 1 and not a[1]["updated"]
+    assert a[2]["updated"] and a[2]["mirrorpop_mean_abs_log_ratio"] < 1e-4
+    # The retry buffer lags a step: step 2's prompts were drawn before step 1's all-failed group
+    # entered it. Step 2 repairs 2_ReLU as a fresh prompt, and step 3, drawn before that was
+    # known, still re-issues it.
+    assert a[0]["bdr_added"] == 1 and a[1]["repair_prompts"] == 0 and a[1]["bdr_repaired_removed"] == 1
+    assert a[2]["repair_prompts"] == 1
+    # Same verdicts as a step of the synchronous run: the first turn's answers and their judging
+    # do not depend on when they were made.
+    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
 
 
 def test_ablation_switches(setup):
@@ -253,6 +295,8 @@ def test_clear_errors(setup, tmp_path):
     r = mc(*rl_args(setup, tmp_path / "b", "--max-steps", "1", "--verifier", "http://127.0.0.1:9", "--verify-gpus", "0"),
            check=False)
     assert r.returncode != 0 and "contradict" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b2", "--max-steps", "1", "--async", "--off-policy", "1"), check=False)
+    assert r.returncode != 0 and "--async" in r.stderr and "contradict" in r.stderr, r.stderr
     # A verifier that is not there.
     r = mc(*replaced(rl_args(setup, tmp_path / "c", "--max-steps", "1", "--verifier", "http://127.0.0.1:9"),
                      verify_device=None), check=False)
