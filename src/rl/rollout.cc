@@ -282,19 +282,18 @@ nlohmann::json RolloutBatch::to_json(const std::vector<synth::Task>& tasks) cons
   }
   json jd = json::array();
   for (const auto& [k, v] : judged) jd.push_back({k.first, k.second, v.first, v.second});
-  return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"answering", answering},
-          {"twins", twins}, {"id_base", id_base}, {"answers", answers}, {"twin_answers", twin_answers}};
+  // `answering` and `twins` matter only until a turn is collected: not saved.
+  return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"id_base", id_base},
+          {"answers", answers}, {"twin_answers", twin_answers}};
 }
 
-RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key,
-                                     const RolloutOptions& opts) {
+RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key) {
   auto turns_from = [](const nlohmann::json& a) {
     std::vector<tok::ChatTurn> m;
     for (const auto& t : a) m.push_back({t.at(0).get<std::string>(), t.at(1).get<std::string>()});
     return m;
   };
   RolloutBatch b;
-  b.opts = opts;
   for (const auto& p : j.at("prompts")) {
     auto it = task_by_key.find(p.at("problem").get<std::string>());
     MC_CHECK(it != task_by_key.end(), "--resume: the checkpoint's next rollouts ask for problem ", p.at("problem").dump(),
@@ -324,8 +323,6 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
   for (const auto& e : j.at("judged"))
     b.judged[{e[0].get<std::string>(), e[1].get<std::string>()}] = {e[2].get<size_t>(), e[3].get<int>()};
   b.turns = j.at("turns").get<int>();
-  b.answering = j.at("answering").get<std::vector<size_t>>();
-  b.twins = j.at("twins").get<std::vector<size_t>>();
   b.id_base = j.at("id_base").get<size_t>();
   b.answers = j.at("answers").get<int64_t>();
   b.twin_answers = j.at("twin_answers").get<int64_t>();

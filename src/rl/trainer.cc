@@ -165,6 +165,16 @@ json to_json(const StepRollouts& s, const std::vector<synth::Task>& tasks) {
           {"repairs_skipped", s.repairs_skipped}, {"batch", s.batch.to_json(tasks)}};
 }
 
+StepRollouts step_rollouts_from_json(const json& j, const std::map<std::string, size_t>& task_by_key) {
+  StepRollouts s;
+  s.prompts = j.at("prompts").get<size_t>();
+  s.global_index = j.at("global_index").get<std::vector<size_t>>();
+  s.repairs_drawn = j.at("repairs_drawn").get<size_t>();
+  s.repairs_skipped = j.at("repairs_skipped").get<size_t>();
+  s.batch = RolloutBatch::from_json(j.at("batch"), task_by_key);
+  return s;
+}
+
 json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
   json turns = json::array();
   for (const auto& r : t.turns)
@@ -265,16 +275,8 @@ RlResult run_rl(const RlOptions& o) {
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
     MC_CHECK(st.value("async", false) == o.async, "--resume: the run in ", ckpt->dir, (o.async ? " ran without" : " ran with"),
              " --async (give the same)");
-    if (o.async && fs::exists(next_file(ckpt->dir))) {
-      json j = json::parse(std::ifstream(next_file(ckpt->dir)));
-      StepRollouts s;
-      s.prompts = j.at("prompts").get<size_t>();
-      s.global_index = j.at("global_index").get<std::vector<size_t>>();
-      s.repairs_drawn = j.at("repairs_drawn").get<size_t>();
-      s.repairs_skipped = j.at("repairs_skipped").get<size_t>();
-      s.batch = RolloutBatch::from_json(j.at("batch"), task_by_key, RolloutOptions{});
-      next = std::move(s);
-    }
+    if (o.async && fs::exists(next_file(ckpt->dir)))
+      next = step_rollouts_from_json(json::parse(std::ifstream(next_file(ckpt->dir))), task_by_key);
     if (st.contains("pending")) {
       // Each rank's waiting sequences, in its own file.
       auto f = fs::path(ckpt->dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank());
@@ -386,7 +388,7 @@ RlResult run_rl(const RlOptions& o) {
       cur = draw(step);
       cur.batch = runner.start(cur.batch.prompts, tasks, rollout_options(step), id_base(step), &rstats);
     }
-    cur.batch.opts = rollout_options(step);
+    cur.batch.opts = rollout_options(step);  // a batch loaded from a checkpoint has none saved
     // --async: the next step's first turn, generated while this step's answers are judged.
     auto prefetch = [&] {
       if (!o.async || step + 1 >= sched.total_steps) return;
