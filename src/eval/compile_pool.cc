@@ -13,6 +13,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 #include "eval/nvcc_phases.h"
 
 namespace mc::eval {
@@ -142,10 +143,12 @@ std::string trim_compiler_log(const std::string& log, size_t max_lines) {
   bool any = std::find(keep.begin(), keep.end(), true) != keep.end();
   for (size_t i = 0; i < lines.size() && n < max_lines; ++i) {
     if (any && !keep[i]) continue;
-    out += lines[i].substr(0, 300) + "\n";
+    out.append(utf8_prefix(lines[i], 300)).append("\n");
     ++n;
   }
-  return out;
+  // Compilers echo the source, which a model may have written with invalid bytes: the log goes
+  // into JSON rows and feedback (an invalid byte made the candidate an infra error, unscored).
+  return valid_utf8(out);
 }
 
 CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)
@@ -478,7 +481,7 @@ CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std
     if (step.status.ok()) continue;
     if (compiler_crashed(step.status)) {
       b.infra = true;
-      b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
+      b.error = "compiler " + step.status.describe() + ": " + valid_utf8(utf8_prefix(step.output, 500));
       return b;
     }
     b.steps["shim_error"] = trim_compiler_log(step.output, 6);
@@ -582,7 +585,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
       b.seconds = since(t0);
       if (compiler_crashed(step.status)) {
         b.infra = true;
-        b.error = "compiler " + step.status.describe() + ": " + step.output.substr(0, 500);
+        b.error = "compiler " + step.status.describe() + ": " + valid_utf8(utf8_prefix(step.output, 500));
       } else {
         b.log = step.status.timed_out ? "compile timed out" : trim_compiler_log(step.output);
       }

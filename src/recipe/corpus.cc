@@ -17,25 +17,13 @@
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "common/toml.h"
+#include "common/utf8.h"
 #include "synth/decontaminate.h"
 
 namespace mc::recipe {
 namespace {
 
 using nlohmann::json;
-
-bool valid_utf8(const std::string& s) {
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = s[i];
-    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
-    if (n < 0 || (n > 0 && i + n >= s.size())) return false;
-    for (int k = 1; k <= n; ++k)
-      if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return false;
-    i += n + 1;
-  }
-  return true;
-}
 
 // Trailing whitespace of each line and of the file does not make two files different.
 std::string normalized(const std::string& s) {
@@ -230,7 +218,7 @@ json build_corpus(const CorpusOptions& o) {
     ProgressBar bar("corpus " + src.name, texts.size(), o.progress);
     for (auto& [path, text] : texts) {
       bar.advance(1);
-      if (text.find('\0') != std::string::npos || !valid_utf8(text)) {
+      if (text.find('\0') != std::string::npos || !is_valid_utf8(text)) {
         ++st.dropped["binary"];
         continue;
       }

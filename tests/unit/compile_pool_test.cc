@@ -5,8 +5,11 @@
 
 #include <chrono>
 
+#include <nlohmann/json.hpp>
+
 #include "common/fs.h"
 #include "common/subprocess.h"
+#include "common/utf8.h"
 #include "eval/extract.h"
 #include "eval/nvcc_phases.h"
 #include "test_util.h"
@@ -217,6 +220,41 @@ TEST(CompilePool, TrimCompilerLogKeepsErrors) {
   std::string t = trim_compiler_log(log);
   EXPECT_NE(t.find("identifier \"x\""), std::string::npos);
   EXPECT_LT(t.size(), 1000u);
+}
+
+// A model's answer may hold invalid UTF-8 (a byte-level tokenizer can stop inside a character).
+// The compiler echoes it into the log, which goes into JSON: on the H100 every one of 40 RL infra
+// errors was this (json type_error 316 in the compile pool), and an infra error is never scored.
+TEST(CompilePool, InvalidUtf8InTheSourceIsACompileErrorWithAValidLog) {
+  CompileRequest r;
+  r.format = SolutionFormat::kNative;
+  r.native_source = "extern \"C\" int mc_forward() { int v = \"\xe4\xb8 \xff\xfe \xc0\x80\"; return v; }\n";
+  auto first = pool().compile_now(r);
+  ASSERT_EQ(first.status, CompileOutcome::Status::kCompileError) << first.error;
+  EXPECT_TRUE(mc::is_valid_utf8(first.log)) << first.log;
+  EXPECT_NO_THROW(nlohmann::json({{"log", first.log}}).dump());
+  auto again = pool().compile_now(r);  // read back from the cache's status.json
+  EXPECT_EQ(again.status, CompileOutcome::Status::kCompileError);
+  EXPECT_TRUE(again.cached);
+  EXPECT_EQ(again.log, first.log);
+}
+
+TEST(Utf8, ValidatesReplacesAndCutsAtCharacters) {
+  using mc::is_valid_utf8;
+  EXPECT_TRUE(is_valid_utf8("plain ascii"));
+  EXPECT_TRUE(is_valid_utf8("\xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80 \xf4\x8f\xbf\xbf"));  // é 中 😀 U+10FFFF
+  for (const char* bad : {"\xff", "\xc0\x80", "\xe0\x80\x80", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe4\xb8",
+                          "\x80", "a\xc3"})
+    EXPECT_FALSE(is_valid_utf8(bad)) << bad;
+  EXPECT_EQ(mc::valid_utf8("a\xff" "b\xe4\xb8"), "a\xef\xbf\xbd" "b\xef\xbf\xbd\xef\xbf\xbd");
+  EXPECT_EQ(mc::valid_utf8("\xe4\xb8\xad"), "\xe4\xb8\xad");
+  const std::string zh = "\xe4\xb8\xad\xe4\xb8\xad";  // two 3-byte characters
+  for (size_t n = 0; n <= zh.size(); ++n)
+    EXPECT_EQ(mc::utf8_prefix(zh, n).size(), n / 3 * 3) << n;
+  // A long line of such characters, cut by the log trimmer: still valid.
+  std::string line = "x.cu(1): error: ";
+  for (int i = 0; i < 200; ++i) line += "\xe4\xb8\xad";
+  EXPECT_TRUE(is_valid_utf8(trim_compiler_log(line + "\n")));
 }
 
 // nvcc's phases run as planned from `nvcc --dryrun`, host and device side at once: the object
