@@ -55,7 +55,9 @@ nlohmann::json VerifyClient::post(const std::string& path, const nlohmann::json&
   cli.set_write_timeout(60, 0);
   httplib::Headers headers;
   if (!opts_.token.empty()) headers.emplace("Authorization", "Bearer " + opts_.token);
-  std::string payload = body.dump();
+  // Model-written answers may hold invalid UTF-8 (a sample cut inside a character), which JSON
+  // cannot carry: such bytes travel as U+FFFD instead of failing the request (an infra error).
+  std::string payload = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   int transient = 0;
   double backoff = 0.2;
   while (true) {

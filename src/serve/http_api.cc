@@ -21,7 +21,7 @@ struct HttpError {
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(), "application/json");
+  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {

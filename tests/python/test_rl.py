@@ -7,6 +7,7 @@ tokens are trained, a killed run resumes to the same numbers, and bad input gets
 import json
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -273,6 +274,37 @@ def test_async_generates_ahead_and_resumes(setup):
     # Same verdicts as a step of the synchronous run: the first turn's answers and their judging
     # do not depend on when they were made.
     assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+
+
+def test_async_through_the_service(setup):
+    """--async with MooreEval as a service (`musacoder serve` on loopback): the next step's
+    answers are sent while this step's are outstanding, and each step collects only its own
+    (the service verifier keeps answers it was not asked for). Same verdicts and the same
+    off-policy drop as in process."""
+    base = setup[0]
+    tmp = base / "serve-async"
+    tmp.mkdir()
+    p = subprocess.Popen([mc_cli.BINARY, "serve", "--port", "0", "--device", "cpu", "--allow-inline-problems",
+                          "--cache-dir", str(base / "cache"), "--timing-budget", "0.1"],
+                         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "w"), text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, (tmp / "serve.log").read_text()
+        url = line.split("listening on ")[1].split()[0]
+        out = tmp / "run"
+        mc(*replaced(rl_args(setup, out, "--max-steps", "3", "--async", "--verifier", url), verify_device=None))
+    finally:
+        p.terminate()
+        p.wait(20)
+    a = read_jsonl(out / "metrics.jsonl")
+    assert [x["step"] for x in a] == [1, 2, 3]
+    assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
+    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+    assert a[0]["updated"] and a[1]["mirrorpop_filtered_share"] == 1 and not a[1]["updated"] and a[2]["updated"]
+    assert a[0]["bdr_added"] == 1 and a[1]["bdr_repaired_removed"] == 1 and a[2]["repair_prompts"] == 1
+    # Every answer got a verdict, none an infra error: none was lost between the two batches.
+    for x in a:
+        assert sum(x["verdicts"].values()) > 0 and "infra_error" not in x["verdicts"], x["verdicts"]
 
 
 def test_ablation_switches(setup):
