@@ -549,10 +549,20 @@ class Judge:
             plan = self.memory_plan(inputs0, out0, ref_model, self.lock.lanes if beside else 1)
             if beside and (plan.get("truth") == "host" or plan.get("snapshots") == "host"):
                 # Too large to share the device: the GPU to itself, for this and later candidates
-                # of the problem (nothing of the candidate has run yet).
+                # of the problem (nothing of the candidate has run yet). Nothing of it stays on
+                # the device while this lane waits: other lanes may wait on the same large problem,
+                # and the one that gets the GPU needs the memory their first input sets would hold
+                # (on the H100, lanes waiting so held about 20 GiB each, and L1/20_LeakyReLU's
+                # candidates, judged alone, ran out of memory).
                 self.mark_exclusive(req["problem_path"])
+                del out0, inputs0
+                if self.cuda:
+                    torch.cuda.empty_cache()
                 lane["waited_s"] = round(lane["waited_s"] + self.lock.acquire("exclusive"), 3)
                 lane.update(mode="exclusive", exclusive_why="problem size")
+                inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
+                with torch.no_grad():
+                    out0 = ref_model(*inputs0)
                 plan = self.memory_plan(inputs0, out0, ref_model)
             res["memory_plan"] = plan
             load["reserve_bytes"] = plan["candidate_reserve_bytes"]
