@@ -143,11 +143,31 @@ def stage_rft(a):
         sys.exit(f"rft failed ({rc})")
 
 
+def rl_problems(a):
+    """The problems `train rl` draws from: all of synth's, or (--rl-problems N) N level-1 problems
+    the SFT stage trained on, chosen by --seed, so that a short run passes over the same prompts
+    several times and a change in their pass rate is learning, not a change of prompts."""
+    path = os.path.join(a.work, "synth", "problems.jsonl")
+    if not a.rl_problems:
+        return path
+    held = set(json.load(open(os.path.join(a.work, "held_out.json"))))
+    rows = [json.loads(line) for line in open(path)]
+    seen = sorted((r for r in rows if r["level"] == 1 and f"L1/{r['id']}" not in held), key=lambda r: r["id"])
+    if len(seen) < a.rl_problems:
+        sys.exit(f"--rl-problems {a.rl_problems}: only {len(seen)} seen level-1 problems")
+    pick = random.Random(a.seed).sample(seen, a.rl_problems)
+    out = os.path.join(a.work, "synth", f"problems-rl{a.rl_problems}.jsonl")  # beside it: paths are relative
+    with open(out, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in sorted(pick, key=lambda r: r["id"]))
+    print(f"rl: {a.rl_problems} seen level-1 problems in {out}", flush=True)
+    return out
+
+
 def stage_rl(a):
     out = os.path.join(a.work, a.rl_out)
     model_bin = os.path.join(os.path.dirname(os.path.abspath(a.musacoder)), "musacoder-model")
     cmd = [model_bin, "train", "rl", "--model", last_checkpoint(a, a.rl_from), "--problems",
-           os.path.join(a.work, "synth", "problems.jsonl"), "--out", out, "--format", "native", "--timing-budget", "0.1",
+           rl_problems(a), "--out", out, "--format", "native", "--timing-budget", "0.1",
            "--max-new-tokens", str(a.max_new_tokens), "--max-seq-len", "8192", "--micro-batch-tokens", "32768",
            "--save-every", "1", "--keep", "2", "--samples-every", "5", "--seed", str(a.seed), "--no-progress"]
     cmd += a.rl_args.split()
@@ -187,6 +207,8 @@ def main():
     ap.add_argument("--deadline", type=int, default=0, help="seconds: end every stage by then (a GPU slice)")
     ap.add_argument("--rft-reserve", type=int, default=200, help="seconds the sft stage leaves for rft")
     ap.add_argument("--rl-out", default="rl", help="the rl run's folder under --work")
+    ap.add_argument("--rl-problems", type=int, default=0,
+                    help="rl on this many level-1 problems seen in SFT (0: every synthesized problem)")
     ap.add_argument("--rl-args", default="", help="more `train rl` options, one string")
     ap.add_argument("--rft-args", default="", help="more `musacoder rft` options, one string ({work}: --work)")
     ap.add_argument("--rl-from", default="sft", choices=["sft", "rft"],

@@ -146,7 +146,10 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
     port-roundtrip)
       # Issue 18: the GPU suite's cases (and the synth stage's solutions, when it ran first)
       # ported to MUSA and back, judged beside the originals on this GPU: identical verdicts.
-      syn=""; [ -f "$OUT/synth/dataset.jsonl" ] && syn="--synth $OUT/synth"
+      # (the synth stage leaves its folder only as synth.tgz)
+      syn=""
+      if [ -f "$OUT/synth.tgz" ]; then rm -rf /tmp/port-synth && mkdir -p /tmp/port-synth && tar xzf "$OUT/synth.tgz" -C /tmp/port-synth; fi
+      [ -f /tmp/port-synth/synth/dataset.jsonl ] && syn="--synth /tmp/port-synth/synth"
       # shellcheck disable=SC2086
       python3 bench/port_roundtrip.py --musacoder "$BIN" --out "$OUT/port-roundtrip" $syn --cases \
         tests/cases/gpu/honest tests/cases/gpu/native tests/cases/gpu/variants tests/cases/hacks tests/cases/faults \
