@@ -34,7 +34,11 @@ def case_files(paths):
         for f in files:
             if f.endswith((".py", ".cu")) and header(f, "problem"):
                 out.append((os.path.splitext(os.path.basename(f))[0], header(f, "problem"), open(f).read(), f))
-    return out
+    # Names are sample ids: the same name in two folders (gpu/honest/1_Add.py, gpu/native/1_Add.cu)
+    # would share one verdict, so those get their folder's name in front.
+    names = [c[0] for c in out]
+    return [(f"{os.path.basename(os.path.dirname(f))}-{n}" if names.count(n) > 1 else n, prob, text, f)
+            for n, prob, text, f in out]
 
 
 def synth_cases(folder):
