@@ -46,8 +46,6 @@ std::optional<tok::BpeTokenizer> load_tokenizer(const std::string& dir) {
   return tok::BpeTokenizer::from_file(path.string());
 }
 
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
-
 }  // namespace
 
 struct ModelCommands::Impl {
@@ -256,7 +254,7 @@ int ModelCommands::Impl::run_generate() {
              {"logprobs", c.logprobs}, {"finish_reason", c.finish_reason}};
     if (!items[i].id.is_null()) row["id"] = items[i].id;
     if (tokenizer) row["text"] = c.text;
-    os << dump(row) << "\n";
+    os << dump_json(row) << "\n";
     if (stream) os.flush();  // a reader (bench-model) verifies it while the rest are generated
     ++samples;
   };
@@ -324,7 +322,7 @@ int ModelCommands::Impl::run_score() {
     std::vector<float> v(lp.data_ptr<float>(), lp.data_ptr<float>() + lp.numel());
     double sum = 0;
     for (float x : v) sum += x;
-    os << dump({{"logprobs", v}, {"sum", sum}, {"tokens", ids.size()}}) << "\n";
+    os << dump_json({{"logprobs", v}, {"sum", sum}, {"tokens", ids.size()}}) << "\n";
     if (!logits_file.empty()) {
       keep.push_back(model.forward(t).squeeze(0).to(at::kCPU, at::kFloat).contiguous());
       model::TensorView tv;

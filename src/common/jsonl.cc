@@ -30,4 +30,8 @@ std::vector<nlohmann::json> read_jsonl(const std::string& path) {
   return rows;
 }
 
+std::string dump_json(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 }  // namespace mc

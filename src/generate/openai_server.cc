@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/jsonl.h"
 #include "tokenizer/chat_template.h"
 
 namespace mc::gen {
@@ -29,8 +30,6 @@ T field(const json& body, const char* key, T fallback) {
     throw BadRequest(fmt::format("\"{}\" has the wrong type: {}", key, body[key].dump()));
   }
 }
-
-std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 }  // namespace
 
@@ -195,7 +194,7 @@ struct OpenAIServer::Impl {
     http.Post(path, [this, handler, path](const httplib::Request& req, httplib::Response& res) {
       auto error = [&](int status, const std::string& type, const std::string& msg) {
         res.status = status;
-        res.set_content(dump({{"error", {{"message", msg}, {"type", type}}}}), "application/json");
+        res.set_content(dump_json({{"error", {{"message", msg}, {"type", type}}}}), "application/json");
       };
       json body;
       try {
@@ -207,7 +206,7 @@ struct OpenAIServer::Impl {
       try {
         if (std::string(path) == "/v1/completions" && !body.contains("prompt"))
           return error(400, "invalid_request_error", "missing \"prompt\"");
-        res.set_content(dump((this->*handler)(body)), "application/json");
+        res.set_content(dump_json((this->*handler)(body)), "application/json");
       } catch (const BadRequest& e) {
         error(400, "invalid_request_error", e.what());
       } catch (const std::exception& e) {

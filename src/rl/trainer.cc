@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/jsonl.h"
 #include "common/progress.h"
 #include "generate/counter_rng.h"
 #include "generate/engine.h"
@@ -43,9 +44,6 @@ using Clock = std::chrono::steady_clock;
 namespace {
 
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Model-written text may hold invalid UTF-8 (a sample cut inside a character): written replaced.
-std::string dump_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void check_options(const RlOptions& o) {
   MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "config.json"), "--model ", o.model_dir,
@@ -308,7 +306,7 @@ RlResult run_rl(const RlOptions& o) {
                              if (o.off_policy > 0)
                                std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
                                    << to_json(pending).dump() << "\n";
-                             if (next) std::ofstream(next_file(dir)) << dump_text(to_json(*next, tasks)) << "\n";
+                             if (next) std::ofstream(next_file(dir)) << dump_json(to_json(*next, tasks)) << "\n";
                            });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
   };
@@ -480,7 +478,7 @@ RlResult run_rl(const RlOptions& o) {
           merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
           if (r.infra()) {
             // Never a score, never lost: what the verifier said, for whoever runs the service.
-            infra_log << dump_text({{"step", step + 1}, {"problem", tasks[mine[t.prompt].task].problem->key},
+            infra_log << dump_json({{"step", step + 1}, {"problem", tasks[mine[t.prompt].task].problem->key},
                                     {"sample_id", r.result.sample_id}, {"verdict", eval::to_string(r.result.verdict)},
                                     {"infra_error", r.result.infra_error}, {"reason", r.result.reason}})
                       << "\n";
@@ -587,7 +585,7 @@ RlResult run_rl(const RlOptions& o) {
     // Every rank's sums and retry-buffer events, merged the same way everywhere.
     json merged = json::object();
     json all_events = json::array();
-    for (const auto& s : all_gather_strings(dist, dump_text(json{{"acc", acc}, {"events", events}}), device)) {
+    for (const auto& s : all_gather_strings(dist, dump_json(json{{"acc", acc}, {"events", events}}), device)) {
       json j = json::parse(s);
       merge_into(merged, j["acc"]);
       for (auto& e : j["events"]) all_events.push_back(e);
@@ -701,7 +699,7 @@ RlResult run_rl(const RlOptions& o) {
       for (int g = 0; g < o.group_size && written < o.samples_to_write; ++g)
         for (size_t p = 0; p < mine.size() && written < o.samples_to_write; ++p, ++written) {
           const Trajectory& t = traj[p * o.group_size + g];
-          f << dump_text(trajectory_json(t, mine[p], tasks[mine[p].task])) << "\n";
+          f << dump_json(trajectory_json(t, mine[p], tasks[mine[p].task])) << "\n";
         }
     }
     result.steps = step + 1;

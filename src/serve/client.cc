@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "common/jsonl.h"
+
 namespace mc::serve {
 namespace {
 
@@ -57,7 +59,7 @@ nlohmann::json VerifyClient::post(const std::string& path, const nlohmann::json&
   if (!opts_.token.empty()) headers.emplace("Authorization", "Bearer " + opts_.token);
   // Model-written answers may hold invalid UTF-8 (a sample cut inside a character), which JSON
   // cannot carry: such bytes travel as U+FFFD instead of failing the request (an infra error).
-  std::string payload = body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  std::string payload = dump_json(body);
   int transient = 0;
   double backoff = 0.2;
   while (true) {

@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/jsonl.h"
 
 namespace mc::serve {
 namespace {
@@ -21,7 +22,7 @@ struct HttpError {
 
 void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
   res.status = status;
-  res.set_content(body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), "application/json");
+  res.set_content(dump_json(body), "application/json");
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
