@@ -1,5 +1,6 @@
 """The built binaries as the Python tests call them: where they are, a call that fails with
-the command's own output, and JSONL in and out."""
+the command's own output, the MooreEval service on loopback, and JSONL in and out."""
+import contextlib
 import json
 import os
 import subprocess
@@ -19,6 +20,22 @@ def run(*args, check=True, timeout=600, binary=BINARY, env=None):
         raise AssertionError(f"{os.path.basename(binary)} {' '.join(map(str, args[:2]))} failed "
                              f"({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
     return r
+
+
+@contextlib.contextmanager
+def serving(log_dir, *args):
+    """`musacoder serve --port 0 ARGS...` (str()-ed) for the block, on loopback: yields its URL.
+    Its log is LOG_DIR/serve.log, shown if it does not come up."""
+    log = os.path.join(log_dir, "serve.log")
+    p = subprocess.Popen([BINARY, "serve", "--port", "0", *map(str, args)], stdout=subprocess.PIPE,
+                         stderr=open(log, "w"), text=True)
+    try:
+        line = p.stdout.readline()
+        assert "listening on" in line, open(log).read()
+        yield line.split("listening on ")[1].split()[0]
+    finally:
+        p.terminate()
+        p.wait(20)
 
 
 def write_jsonl(path, rows):

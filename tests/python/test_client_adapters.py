@@ -2,15 +2,13 @@
 (embedded mode, compile-only jobs: CI has no GPU), called with each framework's own signature."""
 import asyncio
 import os
-import subprocess
 import types
 
 import pytest
 
+from mc_cli import BINARY, ROOT, serving
 from musacoder_client import ClientError, InfraError, MooreEvalClient, adapters, reward_of
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BINARY = os.environ.get("MUSACODER_BINARY", os.path.join(ROOT, "build", "musacoder"))
 PROBLEMS = os.path.join(ROOT, "tests", "cases", "problems")
 TOKEN = "adapter-test-token-0123456789"
 NATIVE_ADD = open(os.path.join(ROOT, "tests", "cases", "gpu", "native", "1_Add.cu")).read()
@@ -21,22 +19,16 @@ TORCH_ADD = ("```python\nimport torch\nclass ModelNew(torch.nn.Module):\n"
 def start_server(tmp, *args, device="cpu"):
     tok = tmp / "tokens"
     tok.write_text(TOKEN + "\n")
-    p = subprocess.Popen([BINARY, "serve", "--port", "0", "--problems", PROBLEMS, "--device", device,
-                          "--cache-dir", str(tmp / "cache"), "--token-file", str(tok), *args],
-                         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "w"), text=True)
-    line = p.stdout.readline()
-    assert "listening on" in line, (tmp / "serve.log").read_text()
-    return p, line.split("listening on ")[1].split()[0]
+    return serving(tmp, "--problems", PROBLEMS, "--device", device, "--cache-dir", tmp / "cache", "--token-file", tok,
+                   *args)
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     if not os.path.exists(BINARY):
         pytest.skip(f"{BINARY} not built (scripts/build.sh)")
-    p, url = start_server(tmp_path_factory.mktemp("serve"), "--compile-only", "--allow-inline-problems")
-    yield url
-    p.terminate()
-    p.wait(10)
+    with start_server(tmp_path_factory.mktemp("serve"), "--compile-only", "--allow-inline-problems") as url:
+        yield url
 
 
 @pytest.fixture(autouse=True)
@@ -110,12 +102,8 @@ def test_infra_errors_are_surfaced_not_scored(tmp_path):
     answers infra_error: TRL gets None, the strict adapters raise."""
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has a GPU: the judge would start")
-    p, url = start_server(tmp_path, "--gpu-kind", "none", device="cuda")
-    try:
+    with start_server(tmp_path, "--gpu-kind", "none", device="cuda") as url:
         adapters.configure(url, TOKEN, max_concurrency=2)
         assert adapters.trl_reward(prompts=["p"], completions=[NATIVE_ADD], problem=["1_Add"]) == [None]
         with pytest.raises(InfraError):
             adapters.verl_compute_score("kb", NATIVE_ADD, "1_Add")
-    finally:
-        p.terminate()
-        p.wait(10)

@@ -5,7 +5,6 @@ reuses its verdicts; sampling from a tiny model through `musacoder-model generat
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -142,19 +141,11 @@ def test_planted_answers_through_the_service(setup):
     base, problems, samples, _ = setup
     tmp = base / "serve"
     tmp.mkdir()
-    p = subprocess.Popen([BINARY, "serve", "--port", "0", "--device", "cpu", "--allow-inline-problems",
-                          "--cache-dir", str(base / "cache"), "--timing-budget", "0.3"],
-                         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "w"), text=True)
-    try:
-        line = p.stdout.readline()
-        assert "listening on" in line, (tmp / "serve.log").read_text()
-        url = line.split("listening on ")[1].split()[0]
-        out = base / "via-service"
+    out = base / "via-service"
+    with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
+                        "--timing-budget", "0.3") as url:
         mc(*rft_args(problems, samples, out, base / "cache"), "--verifier", url)
-        check_selection(out)
-    finally:
-        p.terminate()
-        p.wait(20)
+    check_selection(out)
 
 
 @pytest.mark.skipif(not HAS_MODEL, reason="musacoder built without libtorch")

@@ -7,7 +7,6 @@ tokens are trained, a killed run resumes to the same numbers, and bad input gets
 import json
 import os
 import shutil
-import subprocess
 
 import pytest
 
@@ -284,18 +283,10 @@ def test_async_through_the_service(setup):
     base = setup[0]
     tmp = base / "serve-async"
     tmp.mkdir()
-    p = subprocess.Popen([mc_cli.BINARY, "serve", "--port", "0", "--device", "cpu", "--allow-inline-problems",
-                          "--cache-dir", str(base / "cache"), "--timing-budget", "0.1"],
-                         stdout=subprocess.PIPE, stderr=open(tmp / "serve.log", "w"), text=True)
-    try:
-        line = p.stdout.readline()
-        assert "listening on" in line, (tmp / "serve.log").read_text()
-        url = line.split("listening on ")[1].split()[0]
-        out = tmp / "run"
+    out = tmp / "run"
+    with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
+                        "--timing-budget", "0.1") as url:
         mc(*replaced(rl_args(setup, out, "--max-steps", "3", "--async", "--verifier", url), verify_device=None))
-    finally:
-        p.terminate()
-        p.wait(20)
     a = read_jsonl(out / "metrics.jsonl")
     assert [x["step"] for x in a] == [1, 2, 3]
     assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
