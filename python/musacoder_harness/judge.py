@@ -542,9 +542,12 @@ class Judge:
                     "solution_path": req.get("solution_path", ""),
                     "artifacts": req.get("artifacts", {}),
                     "init_inputs": [describe_value(v, share) for v in init_inputs]}
-            inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
-            with torch.no_grad():
-                out0 = ref_model(*inputs0)
+
+            def first_set():  # the first trial's inputs and reference output: sizes for the plan
+                inputs = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
+                with torch.no_grad():
+                    return inputs, ref_model(*inputs)
+            inputs0, out0 = first_set()
             beside = self.lock.beside_others
             plan = self.memory_plan(inputs0, out0, ref_model, self.lock.lanes if beside else 1)
             if beside and (plan.get("truth") == "host" or plan.get("snapshots") == "host"):
@@ -560,9 +563,7 @@ class Judge:
                     torch.cuda.empty_cache()
                 lane["waited_s"] = round(lane["waited_s"] + self.lock.acquire("exclusive"), 3)
                 lane.update(mode="exclusive", exclusive_why="problem size")
-                inputs0 = make_inputs(prob, trial_inputs[0][0], "native", self.device, dtype)
-                with torch.no_grad():
-                    out0 = ref_model(*inputs0)
+                inputs0, out0 = first_set()
                 plan = self.memory_plan(inputs0, out0, ref_model)
             res["memory_plan"] = plan
             load["reserve_bytes"] = plan["candidate_reserve_bytes"]
