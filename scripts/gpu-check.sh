@@ -156,19 +156,36 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         > "$OUT/port-roundtrip.log" 2>&1 || rc=1
       tail -40 "$OUT/port-roundtrip.log" ;;
     recipe)
-      # The one-GPU recipe (recipes/small, docs/recipe.md), resumed slice after slice: finished
-      # stages are skipped, a stopped one runs again and resumes itself. RECIPE_RUN: the run
-      # folder (default /tmp/recipe-run: it survives while the machine stays warm);
-      # RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...); RECIPE_TIMEOUT: seconds.
+      # The one-GPU recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
+      # RECIPE_RUN: the run folder (default /tmp/recipe-run: it survives while the machine stays
+      # warm); RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...). The recipe runs
+      # detached from this call: the call waits RECIPE_TIMEOUT seconds (default 540) for it, and
+      # the next call, on the same warm machine, waits on the same process instead of restarting
+      # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes, so a
+      # fresh machine can go on too.
       R=${RECIPE_RUN:-/tmp/recipe-run}
-      # shellcheck disable=SC2086
-      timeout "${RECIPE_TIMEOUT:-540}" "$BIN" recipe recipes/small/recipe.toml --out "$R" --no-progress ${RECIPE_ARGS:-} \
-        > "$OUT/recipe.log" 2>&1 || rc=1
+      mkdir -p "$R"
+      if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
+        echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
+      else
+        # shellcheck disable=SC2086
+        rm -f "$R/recipe.pid"
+        R=$R BIN=$BIN setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
+          --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe-console.log" 2>&1 < /dev/null &
+        while [ ! -s "$R/recipe.pid" ]; do sleep 0.2; done
+        echo "recipe: started (pid $(cat "$R/recipe.pid"))"
+      fi
+      end=$((SECONDS + ${RECIPE_TIMEOUT:-540}))
+      while kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+      if kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then echo "recipe: still running after this call's wait"
+      else grep -q '^recipe: state in' "$R/recipe-console.log" || rc=1; fi
+      cp "$R/recipe-console.log" "$OUT/recipe.log"
       tail -30 "$OUT/recipe.log"
-      # What comes back: the state, reports, curves and logs (no checkpoints, no corpus).
-      tar czf "$OUT/recipe.tgz" -C "$R" --exclude='*/checkpoints' --exclude=./corpus/corpus.jsonl --exclude='*/work' \
-        --exclude=./cache ./recipe ./report ./eval ./corpus/report.json ./corpus/report.md ./synth/report.json \
-        2>/dev/null ;;
+      # What comes back: the state, reports, curves, stage logs and training metrics (no
+      # checkpoints, no corpus).
+      (cd "$R" && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe report eval \
+        corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
+        $(ls -d ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/samples 2>/dev/null) 2>/dev/null) ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).
