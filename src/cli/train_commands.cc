@@ -54,7 +54,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
   s->add_option("--tokens-per-step", o.tokens_per_step, "tokens per optimizer step, over all ranks")->capture_default_str();
   s->add_option("--micro-batch-tokens", o.micro_batch_tokens, "tokens per packed micro-batch (one forward/backward)")->capture_default_str();
-  s->add_option("--max-len", o.max_len, "examples are truncated to this many tokens")->capture_default_str();
+  s->add_option("--max-len", o.max_len,
+                "chat rows are truncated to this many tokens; {\"text\"} documents are split into pieces of it")
+      ->capture_default_str();
   s->add_flag("--no-packing", m.no_packing, "one example per micro-batch (packing gives the same gradients, faster)");
   s->add_flag("--grad-checkpoint", o.grad_checkpoint, "recompute each layer in backward (activation checkpointing)");
   s->add_option("--save-every", o.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();

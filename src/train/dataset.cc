@@ -1,5 +1,6 @@
 #include "train/dataset.h"
 
+#include <algorithm>
 #include <fstream>
 
 #include <nlohmann/json.hpp>
@@ -94,6 +95,7 @@ Example render_row(const std::string& line, const tok::BpeTokenizer& tok) {
   }
   if (row.contains("text")) {
     Example ex;
+    ex.plain_text = true;
     append(ex, tok, string_field(row, "text", ""), 1);
     int32_t eos = tok.token_to_id("<|endoftext|>");
     if (eos >= 0) {
@@ -125,6 +127,24 @@ std::vector<Example> load_examples(const std::vector<std::string>& paths, const 
       }
       ex.origin = str_cat(path, ":", no);
       ++st.rows;
+      if (ex.plain_text && static_cast<int64_t>(ex.tokens.size()) > max_len) {
+        // A long document: consecutive pieces of max_len tokens (a last piece of one token has
+        // nothing to predict and is dropped).
+        ++st.split;
+        const int64_t n = static_cast<int64_t>(ex.tokens.size());
+        for (int64_t at = 0, k = 0; n - at >= 2; at += max_len, ++k) {
+          const int64_t end = std::min(n, at + max_len);
+          Example piece;
+          piece.plain_text = true;
+          piece.origin = str_cat(ex.origin, "#", k);
+          piece.tokens.assign(ex.tokens.begin() + at, ex.tokens.begin() + end);
+          piece.loss_mask.assign(ex.loss_mask.begin() + at, ex.loss_mask.begin() + end);
+          st.tokens += piece.tokens.size();
+          st.loss_tokens += piece.loss_tokens();
+          out.push_back(std::move(piece));
+        }
+        continue;
+      }
       if (static_cast<int64_t>(ex.tokens.size()) > max_len) {
         ex.tokens.resize(max_len);
         ex.loss_mask.resize(max_len);

@@ -20,15 +20,19 @@ struct Example {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> loss_mask;  // 1 where tokens[i] is a target of the loss
   std::string origin;              // "file:line", for messages
+  bool plain_text = false;         // a {"text"} row: causal LM on every token (pretraining)
   int64_t loss_tokens() const;
 };
 
 struct DatasetStats {
-  int64_t rows = 0, truncated = 0, skipped_no_loss = 0, tokens = 0, loss_tokens = 0;
+  int64_t rows = 0, truncated = 0, split = 0, skipped_no_loss = 0, tokens = 0, loss_tokens = 0;
 };
 
-// Reads every file (comma-separated list or several paths) in order. Rows longer than max_len
-// tokens are truncated (counted); rows left with no loss token are skipped (counted). Throws
+// Reads every file (comma-separated list or several paths) in order. Chat and prompt/completion
+// rows longer than max_len tokens are truncated (counted: their start is the prompt); {"text"}
+// rows (pretraining documents) are split into consecutive pieces of max_len tokens instead
+// (counted), so no part of a long document is lost. Rows left with no loss token are skipped
+// (counted). Throws
 // mc::Error naming the file and line of a malformed row, and for an empty result.
 std::vector<Example> load_examples(const std::vector<std::string>& paths, const tok::BpeTokenizer& tok, int64_t max_len,
                                    DatasetStats* stats = nullptr);

@@ -133,8 +133,9 @@ SftResult run_sft(const SftOptions& o) {
   std::vector<Example> eval_data;
   if (!o.eval_data.empty()) eval_data = load_examples(o.eval_data, tok, o.max_len);
   if (main)
-    fmt::print(stderr, "sft: {} examples ({} tokens, {} targets; {} truncated to {}, {} without targets skipped), {} rank(s) on {}{}\n",
-               data.size(), stats.tokens, stats.loss_tokens, stats.truncated, o.max_len, stats.skipped_no_loss, dist.world(),
+    fmt::print(stderr, "sft: {} examples ({} tokens, {} targets; {} truncated to {}, {} documents split into pieces of "
+               "that length, {} without targets skipped), {} rank(s) on {}{}\n",
+               data.size(), stats.tokens, stats.loss_tokens, stats.truncated, o.max_len, stats.split, stats.skipped_no_loss, dist.world(),
                model::device_name(device), dist.world() > 1 ? " over " + dist.backend_name() : "");
 
   ShardedAdamW opt(model, dist, o.adamw);

@@ -142,6 +142,27 @@ def test_rendering_and_loss_mask_match_the_documented_template(setup, tmp_path):
             assert tok.decode(ids, skip_special_tokens=False) == full
 
 
+def test_long_documents_are_split_not_truncated(setup, tmp_path):
+    # Pretraining reads {"text"} documents longer than --max-len (128 here): each is split into
+    # consecutive pieces of 128 tokens, and the step equals the PyTorch reference on those pieces.
+    base, models, _ = setup
+    tok = Tokenizer.from_file(os.path.join(models["qwen3"], "tokenizer.json"))
+    rows = [{"text": " ".join(WORDS[(i * 7) % len(WORDS)] for i in range(300))},
+            {"text": "def forward(self): return torch.relu"}]
+    data = write_jsonl(tmp_path / "docs.jsonl", rows)
+    r = sft(models["qwen3"], data, tmp_path / "run", "--max-steps", "1", "--tokens-per-step", "100000", "--lr", "1e-3",
+            "--warmup-steps", "1", "--weight-decay", "0", "--grad-clip", "1.0")
+    pieces = []
+    for row in rows:
+        ids, mask = render(tok, row)
+        pieces += [(ids[at:at + 128], mask[at:at + 128]) for at in range(0, len(ids), 128) if len(ids) - at >= 2]
+    assert len(render(tok, rows[0])[0]) > 2 * 128 and len(pieces) >= 4
+    assert f"sft: {len(pieces)} examples" in r.stderr and "1 documents split" in r.stderr, r.stderr
+    _, losses, _ = reference_train(models["qwen3"], pieces, 1, 1e-3, 0.0, 1.0, 1, 1)
+    got = train_losses(tmp_path / "run")
+    assert abs(got[0] - losses[0]) < 1e-5 * max(1, abs(losses[0])), (got, losses)
+
+
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
 def test_two_steps_equal_pytorch_adamw(setup, tmp_path, arch):
     base, models, data = setup
