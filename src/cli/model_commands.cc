@@ -230,16 +230,37 @@ int ModelCommands::Impl::run_generate() {
   for (const auto& it : items) longest = std::max<int64_t>(longest, it.ids.size());
   gen::EngineOptions eo;
   eo.max_batch = max_batch;
-  eo.max_seq_len = max_seq_len > 0 ? max_seq_len : longest + sp.max_new_tokens;
+  // A conversation may outgrow the model (a third turn after two long answers): the sequence
+  // length stops at the model's context, each answer is cut where the context ends
+  // (finish_reason "length"), and a prompt that fills it gets an empty answer ("context_full")
+  // instead of failing every other prompt of the run. (An explicit --max-seq-len is taken as
+  // asked: a prompt and answer that do not fit it are an error.)
+  const int64_t context = model.config().max_position_embeddings;
+  eo.max_seq_len = max_seq_len > 0 ? max_seq_len : std::min<int64_t>(context, longest + sp.max_new_tokens);
   eo.cuda_graphs = !no_graphs;
   eo.decode_attention = decode_attention;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
+  std::vector<size_t> req_item;  // reqs[k] answers items[req_item[k]]
+  std::vector<size_t> full;      // items whose prompt leaves no room for an answer
+  size_t cut = 0;
   for (size_t i = 0; i < items.size(); ++i) {
+    const int64_t room = max_seq_len > 0 ? sp.max_new_tokens : eo.max_seq_len - static_cast<int64_t>(items[i].ids.size());
+    if (room < 1) {
+      full.push_back(i);
+      continue;
+    }
     gen::GenerationRequest r{items[i].ids, sp};
+    if (room < r.params.max_new_tokens) r.params.max_new_tokens = room, ++cut;
     if (has_seed) r.params.seed = seed + i;
     reqs.push_back(std::move(r));
+    req_item.push_back(i);
   }
+  if (cut || !full.empty())
+    fmt::print(stderr,
+               "generate: the sequence length is {} tokens (the model's context: {}): {} prompt(s) leave fewer than "
+               "--max-new-tokens {} for the answer (cut there), {} fill it (no answer: finish_reason context_full)\n",
+               eo.max_seq_len, context, cut, sp.max_new_tokens, full.size());
   int64_t budget = 0;
   for (const auto& r : reqs) budget += int64_t{r.params.n} * r.params.max_new_tokens;
   std::ofstream file;
@@ -258,18 +279,22 @@ int ModelCommands::Impl::run_generate() {
     if (stream) os.flush();  // a reader (bench-model) verifies it while the rest are generated
     ++samples;
   };
+  gen::Completion no_room;
+  no_room.finish_reason = "context_full";
+  for (size_t i : full)
+    for (int j = 0; j < sp.n; ++j) write_row(i, j, no_room);
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<gen::Completion>> results;
-  {
+  if (!reqs.empty()) {
     ProgressBar bar("generate (tokens)", budget, !no_progress);
     gen::GenerationEngine::CompletionCallback on_complete;
-    if (stream) on_complete = [&](size_t i, int j, const gen::Completion& c) { write_row(i, j, c); };
+    if (stream) on_complete = [&](size_t k, int j, const gen::Completion& c) { write_row(req_item[k], j, c); };
     results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); }, on_complete);
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!stream)
-    for (size_t i = 0; i < results.size(); ++i)
-      for (size_t j = 0; j < results[i].size(); ++j) write_row(i, j, results[i][j]);
+    for (size_t k = 0; k < results.size(); ++k)
+      for (size_t j = 0; j < results[k].size(); ++j) write_row(req_item[k], j, results[k][j]);
   const auto& st = engine.stats();
   auto peak = peak_memory_gib(device);
   double tps = st.generated_tokens / secs;

@@ -41,7 +41,7 @@ struct Completion {
   std::vector<int32_t> tokens;   // generated ids, a stop token included
   std::vector<float> logprobs;   // one per token: log softmax(logits / T) at the sampled id
   std::string text;              // decoded (stop token and stop string excluded); needs a tokenizer
-  std::string finish_reason;     // "stop" | "length"
+  std::string finish_reason;     // "stop" | "length" (| "context_full": `generate` gave the prompt no room)
 };
 
 struct GenerationRequest {

@@ -161,6 +161,23 @@ def test_seeds_top_k_top_p(models, tmp_path):
     assert all(t in top5[i].tolist() for i, t in enumerate(toks))
 
 
+def test_answers_stop_at_the_models_context(models, tmp_path):
+    """A prompt near the model's context (256 positions here; a late turn of a long conversation)
+    gets the room that is left, the same tokens as transformers' greedy decode; one that fills
+    the context gets an empty answer, and neither fails the other prompts."""
+    d, ref, _ = models["qwen2"]
+    ps = prompts_for(ref.config.vocab_size, (10, 240, 256), seed=4)
+    out = tmp_path / "g.jsonl"
+    r = mc("generate", "--model", d, "--device", "cpu", "--prompts", write_jsonl(tmp_path / "p.jsonl",
+           [{"prompt_ids": p} for p in ps]), "--temperature", "0", "--max-new-tokens", "100", "--ignore-eos",
+           "--out", str(out), "--no-progress")
+    assert "1 prompt(s) leave fewer than --max-new-tokens 100" in r.stderr and "1 fill it" in r.stderr, r.stderr
+    rows = {row["index"]: row for row in read_jsonl(out)}
+    assert len(rows[0]["tokens"]) == 100 and rows[0]["finish_reason"] == "length"
+    assert rows[1]["tokens"] == hf_greedy(ref, ps[1], 16) and rows[1]["finish_reason"] == "length"
+    assert rows[2]["tokens"] == [] and rows[2]["finish_reason"] == "context_full"
+
+
 def test_eos_from_generation_config(models, tmp_path):
     """A model stops at every EOS id of config.json and generation_config.json."""
     d, ref, _ = models["qwen2"]
