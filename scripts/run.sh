@@ -5,7 +5,8 @@
 # candidates (C++ extensions judged on the CPU), so the whole pipeline still runs. Then the
 # training recipe in miniature (recipes/tiny: synth, corpus, tokenizer, a model pretrained,
 # SFT, RFT, RL, evaluated after each; under a minute on the CPU) into results/recipe-tiny;
-# RECIPE=small runs the one-GPU recipe instead (hours, resumable: run again to continue),
+# RECIPE=small runs the one-GPU recipe instead (resumable: run again to continue; it gets a
+# KernelBench checkout into .kb first, scripts/get-kernelbench.sh),
 # RECIPE=none skips it.
 # Extra arguments go to `musacoder eval` (e.g. --problems DIR --solutions DIR).
 set -euo pipefail
@@ -25,6 +26,8 @@ fi
 case ${RECIPE:-tiny} in
   none) ;;
   tiny|small)
+    # recipes/small decontaminates against, and evaluates on, a KernelBench checkout in .kb.
+    [ "${RECIPE:-tiny}" = small ] && bash scripts/get-kernelbench.sh
     echo "the training recipe, recipes/${RECIPE:-tiny} (docs/recipe.md): results/recipe-${RECIPE:-tiny}"
     build/musacoder recipe "recipes/${RECIPE:-tiny}/recipe.toml" --out "results/recipe-${RECIPE:-tiny}" ;;
   *) echo "RECIPE must be tiny, small or none" >&2; exit 2 ;;
