@@ -122,7 +122,7 @@ std::optional<int> SelftestCommand::run() {
   int redone = 0;
   if (m.resume && fs::exists(rows_path)) {
     std::ifstream in(rows_path);
-    int lineno = 0;
+    int lineno = 0, unread = 0;
     for (std::string line; std::getline(in, line);) {
       ++lineno;
       if (line.empty()) continue;
@@ -135,10 +135,13 @@ std::optional<int> SelftestCommand::run() {
         }
         done.insert({r.problem_key, r.sample_id});
         all.push_back(std::move(r));
-      } catch (const std::exception& e) {  // a row cut short by a killed run
-        fmt::print(stderr, "selftest: {}:{} skipped ({})\n", rows_path.string(), lineno, e.what());
+      } catch (const std::exception& e) {  // a row cut short by a killed run, or an older format
+        if (++unread <= 3) fmt::print(stderr, "selftest: {}:{} skipped ({})\n", rows_path.string(), lineno, e.what());
       }
     }
+    if (unread > 3)
+      fmt::print(stderr, "selftest: {} rows of {} skipped in all (the first 3 above); they are judged again\n", unread,
+                 rows_path.string());
     if (fs::exists(wall_path)) wall_so_far = nlohmann::json::parse(read_file(wall_path));
     fmt::print(stderr, "selftest: resuming with {} rows already judged ({} to judge again: --redo)\n", all.size(),
                redone);

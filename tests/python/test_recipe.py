@@ -170,6 +170,16 @@ def test_recipe_errors_name_the_stage(tmp_path):
     assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "recipes"))))
+def test_every_shipped_recipe_expands(name, tmp_path):
+    # Every placeholder of every stage of recipes/*/recipe.toml is known: the runner checks them
+    # all before anything runs, so a bad name stops here, not after a GPU slice (an emptied
+    # [vars] table once cost one). `--stages` with no such stage then stops the run.
+    r = mc("recipe", os.path.join(ROOT, "recipes", name, "recipe.toml"), "--out", tmp_path / "run",
+           "--stages", "no-such-stage", check=False)
+    assert r.returncode == 2 and "--stages: the recipe has no stage 'no-such-stage'" in r.stderr, r.stderr
+
+
 def test_a_stopped_recipe_leaves_its_stage_unfinished(tmp_path):
     """SIGTERM (a GPU slice's time limit) stops the stage's commands and leaves the stage to run
     again next time; nothing keeps running."""

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
 #include <future>
 #include <sstream>
 
@@ -420,11 +421,21 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   }
   EXPECT_TRUE(seen);
   EXPECT_EQ(closure_rows, 3);
-  // --resume judges only what is missing: here nothing, and the report is the same.
+  // --resume judges only what is missing: here nothing, and the report is the same. Rows it
+  // cannot read (cut short by a killed run, or an older format) are named, the first 3 of them,
+  // then counted in one line.
+  {
+    std::ofstream app(out + "/rows.jsonl", std::ios::app);
+    for (int i = 0; i < 5; ++i) app << "{\"problem\": \"L1/4_LayerNorm\", \"sample_id\": \"cut" << i << "\"\n";
+  }
   o.argv.push_back("--resume");
   r = mc::run_command(o, 600000);
   ASSERT_TRUE(r.status.ok()) << r.out << r.err;
   EXPECT_NE(r.err.find("0 candidates to judge"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("5 rows of " + out + "/rows.jsonl skipped in all"), std::string::npos) << r.err;
+  size_t named = 0;
+  for (size_t at = r.err.find(" skipped ("); at != std::string::npos; at = r.err.find(" skipped (", at + 1)) ++named;
+  EXPECT_EQ(named, 3u) << r.err;
   auto again = nlohmann::json::parse(mc::read_file(out + "/report.json"));
   EXPECT_EQ(again["all"]["honest_accepted"], all["honest_accepted"]);
   EXPECT_EQ(again["all"]["negatives_rejected"], all["negatives_rejected"]);
