@@ -161,15 +161,20 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # warm); RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...). The recipe runs
       # detached from this call: the call waits RECIPE_TIMEOUT seconds (default 540) for it, and
       # the next call, on the same warm machine, waits on the same process instead of restarting
-      # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes, so a
-      # fresh machine can go on too.
+      # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes.
+      # A fresh machine has lost the run folder: RECIPE_SEED (a recipe-seed.tgz an earlier call
+      # brought back, carried in .kb) starts it with the finished synth stage, the one stage
+      # whose output is small enough to travel (checkpoints are not).
       R=${RECIPE_RUN:-/tmp/recipe-run}
       mkdir -p "$R"
+      if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
+        tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
+      fi
       if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
         echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
       else
-        # shellcheck disable=SC2086
         rm -f "$R/recipe.pid"
+        # shellcheck disable=SC2086
         R=$R BIN=$BIN setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
           --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe-console.log" 2>&1 < /dev/null &
         while [ ! -s "$R/recipe.pid" ]; do sleep 0.2; done
@@ -185,7 +190,23 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # checkpoints, no corpus).
       (cd "$R" && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe report eval \
         corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
-        $(ls -d ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/samples 2>/dev/null) 2>/dev/null) ;;
+        $(ls -d ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/samples 2>/dev/null) 2>/dev/null)
+      # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
+      if python3 - "$R" <<'PY'
+import json, sys
+run = sys.argv[1]
+state = json.load(open(f"{run}/recipe/state.json"))
+synth = state.get("stages", {}).get("synth", {})
+if not synth.get("done"):
+    sys.exit(1)
+state["stages"] = {"synth": synth}
+json.dump(state, open(f"{run}/recipe/seed-state.json", "w"), indent=1)
+PY
+      then
+        rm -rf /tmp/recipe-seed && mkdir -p /tmp/recipe-seed/recipe &&
+          cp -r "$R/synth" "$R/synth-eval" /tmp/recipe-seed/ && cp "$R/recipe/seed-state.json" /tmp/recipe-seed/recipe/state.json &&
+          cp "$R/recipe/synth.log" /tmp/recipe-seed/recipe/ && tar czf "$OUT/recipe-seed.tgz" -C /tmp/recipe-seed .
+      fi ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).
