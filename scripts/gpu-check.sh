@@ -192,20 +192,20 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
         $(ls -d ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/samples 2>/dev/null) 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
-      if python3 - "$R" <<'PY'
+      S=/tmp/recipe-seed
+      rm -rf "$S" && mkdir -p "$S/recipe"
+      if python3 - "$R/recipe/state.json" "$S/recipe/state.json" <<'PY'
 import json, sys
-run = sys.argv[1]
-state = json.load(open(f"{run}/recipe/state.json"))
+state = json.load(open(sys.argv[1]))
 synth = state.get("stages", {}).get("synth", {})
 if not synth.get("done"):
     sys.exit(1)
 state["stages"] = {"synth": synth}
-json.dump(state, open(f"{run}/recipe/seed-state.json", "w"), indent=1)
+json.dump(state, open(sys.argv[2], "w"), indent=1)
 PY
       then
-        rm -rf /tmp/recipe-seed && mkdir -p /tmp/recipe-seed/recipe &&
-          cp -r "$R/synth" "$R/synth-eval" /tmp/recipe-seed/ && cp "$R/recipe/seed-state.json" /tmp/recipe-seed/recipe/state.json &&
-          cp "$R/recipe/synth.log" /tmp/recipe-seed/recipe/ && tar czf "$OUT/recipe-seed.tgz" -C /tmp/recipe-seed .
+        cp -r "$R/synth" "$R/synth-eval" "$S/" && cp "$R/recipe/synth.log" "$S/recipe/" &&
+          tar czf "$OUT/recipe-seed.tgz" -C "$S" .
       fi ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
