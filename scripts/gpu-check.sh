@@ -188,9 +188,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       tail -30 "$OUT/recipe.log"
       # What comes back: the state, reports, curves, stage logs and training metrics (no
       # checkpoints, no corpus).
-      (cd "$R" && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe report eval \
-        corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
-        $(ls -d ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/samples 2>/dev/null) 2>/dev/null)
+      (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
+        report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
+        ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       S=/tmp/recipe-seed
       rm -rf "$S" && mkdir -p "$S/recipe"
