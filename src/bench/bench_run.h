@@ -5,7 +5,8 @@
 //
 // The run folder (everything a report shows can be recomputed from it):
 //   run.json        the settings; a rerun with --resume must match them
-//   baseline.json   eager and torch.compile timings per problem (`musacoder baseline`'s)
+//   baseline.json   eager and torch.compile timings per problem (`musacoder baseline`'s), timed
+//                   after judging for the problems with a correct answer (or from --baseline)
 //   answers.jsonl   every answer as the model gave it {problem, sample, turn, text, finish_reason, error}
 //   results.jsonl   MooreEval's row for each answer {problem, sample, turn, answer_sha256, result}
 //   timing.json     seconds of each invocation (generation, verification after it, baseline, wall)

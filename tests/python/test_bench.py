@@ -160,6 +160,31 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
     assert open(tmp_path / "cmp.svg").read().startswith("<svg")
 
 
+def test_baseline_is_timed_only_for_problems_with_a_correct_answer(problems, cache, tmp_path):
+    """A speedup over torch.compile needs that problem's baseline only if an answer is correct:
+    1_Add passes at turn 2 and is timed (eager and torch.compile), 2_ReLU never passes and is
+    not. A resumed run times nothing again."""
+    srv = Scripted(planted)
+    out = tmp_path / "run"
+    args = [a for a in bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted",
+                                  "--samples", "1", "--turns", "2") if a != "--no-compile-baseline"]
+    r = mc(*args)
+    assert "timing eager and torch.compile references of the 1 problem(s) with a correct answer" in r.stderr, r.stderr
+    b = json.load(open(out / "baseline.json"))
+    assert b["source"] == "timed by this run, for the problems with a correct answer"
+    assert set(b["eager"]["level0"]) == {"1_Add.py"} and set(b["compile"]["level0"]) == {"1_Add.py"}, b
+    assert b["errors"] == {} and b["compile"]["level0"]["1_Add.py"]["median"] > 0
+    t = json.load(open(out / "timing.json"))
+    assert len(t) == 1 and t[0]["baseline_s"] > 0
+    rep = json.load(open(out / "report.json"))
+    assert rep["final"]["pass"]["pass@1"] == 0.5 and "fast_compile" in rep["final"], rep["final"]
+    assert "vs torch.compile: no baseline" not in r.stdout
+    r = mc(*args, "--resume")
+    t = json.load(open(out / "timing.json"))
+    assert len(t) == 2 and t[1]["baseline_s"] == 0 and "timing eager" not in r.stderr
+    assert json.load(open(out / "baseline.json")) == b
+
+
 def kernelbench_src():
     src = os.environ.get("KERNELBENCH_SRC", "")
     if not (src and os.path.exists(os.path.join(src, "src", "kernelbench", "prompt_constructor_toml.py"))):
