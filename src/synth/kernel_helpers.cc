@@ -1,5 +1,9 @@
 #include "synth/kernel_helpers.h"
 
+#include <cctype>
+#include <iterator>
+#include <vector>
+
 namespace mc::synth {
 
 RowIdx row_idx(const Shape& shape, int d0, int d1) {
@@ -50,27 +54,34 @@ Kernel gather_kernel(const Shape& out, const std::string& body) {
   return k;
 }
 
-std::string teacher_prelude() {
-  return R"(#include <cuda_runtime.h>
-#include <math.h>
-#include <stdint.h>
+namespace {
 
-// Teacher kernels accumulate in double: the result is then within half an ulp of the exact
-// value, and the synthesizer keeps only problems whose fp32 reference is itself within the
-// tolerance of the exact value (the conditioning probe), so an honest kernel never loses to a
-// different summation order.
-struct McSum { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
-struct McMax { template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
-struct McMin { template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
-struct McProd { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
-
-template <typename T, typename Op>
+// The device helpers teacher kernels may call (warp/block sum, max, min, product, argmax/argmin
+// with the first index on ties as torch, an inclusive block scan), in declaration order; a
+// helper's text names the helpers it needs. Teacher kernels accumulate in double: the result is
+// then within half an ulp of the exact value, and the synthesizer keeps only problems whose fp32
+// reference is itself within the tolerance of the exact value (the conditioning probe), so an
+// honest kernel never loses to a different summation order.
+struct Helper {
+  const char* name;
+  const char* text;
+};
+const Helper kHelpers[] = {
+    {"McSum", R"(struct McSum { template <class T> __device__ T operator()(T a, T b) const { return a + b; } };
+)"},
+    {"McMax", R"(struct McMax { template <class T> __device__ T operator()(T a, T b) const { return a > b ? a : b; } };
+)"},
+    {"McMin", R"(struct McMin { template <class T> __device__ T operator()(T a, T b) const { return a < b ? a : b; } };
+)"},
+    {"McProd", R"(struct McProd { template <class T> __device__ T operator()(T a, T b) const { return a * b; } };
+)"},
+    {"mc_warp_reduce", R"(template <typename T, typename Op>
 __device__ __forceinline__ T mc_warp_reduce(T v, Op op) {
   for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
-
-// Reduces v over the block (blockDim.x a multiple of 32); every thread gets the result.
+)"},
+    {"mc_block_reduce", R"(// Reduces v over the block (blockDim.x a multiple of 32); every thread gets the result.
 template <typename T, typename Op>
 __device__ T mc_block_reduce(T v, Op op, T identity) {
   __shared__ T sh[32];
@@ -87,10 +98,12 @@ __device__ T mc_block_reduce(T v, Op op, T identity) {
   __syncthreads();
   return v;
 }
-__device__ __forceinline__ double mc_block_sum(double v) { return mc_block_reduce(v, McSum(), 0.0); }
-__device__ __forceinline__ float mc_block_max(float v) { return mc_block_reduce(v, McMax(), -INFINITY); }
-
-// (value, index) reduction keeping the first index among equal values; `greater` picks argmax.
+)"},
+    {"mc_block_sum", R"(__device__ __forceinline__ double mc_block_sum(double v) { return mc_block_reduce(v, McSum(), 0.0); }
+)"},
+    {"mc_block_max", R"(__device__ __forceinline__ float mc_block_max(float v) { return mc_block_reduce(v, McMax(), -INFINITY); }
+)"},
+    {"mc_block_arg", R"(// (value, index) reduction keeping the first index among equal values; `greater` picks argmax.
 __device__ void mc_block_arg(float& v, long long& i, bool greater) {
   __shared__ float sv[32];
   __shared__ long long si[32];
@@ -124,8 +137,8 @@ __device__ void mc_block_arg(float& v, long long& i, bool greater) {
   i = si[0];
   __syncthreads();
 }
-
-// Inclusive scan of one value per thread over the block (blockDim.x <= 1024); `exclusive`
+)"},
+    {"mc_block_scan", R"(// Inclusive scan of one value per thread over the block (blockDim.x <= 1024); `exclusive`
 // receives the combination of the earlier threads' values (identity for thread 0).
 template <typename T, typename Op>
 __device__ T mc_block_scan(T v, Op op, T identity, T* exclusive) {
@@ -143,7 +156,42 @@ __device__ T mc_block_scan(T v, Op op, T identity, T* exclusive) {
   __syncthreads();
   return v;
 }
-)";
+)"},
+};
+
+bool names(const std::string& text, const std::string& id) {
+  auto word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t at = text.find(id); at != std::string::npos; at = text.find(id, at + 1))
+    if ((at == 0 || !word(text[at - 1])) && (at + id.size() == text.size() || !word(text[at + id.size()]))) return true;
+  return false;
+}
+
+}  // namespace
+
+std::string teacher_prelude(const std::string& kernels) {
+  constexpr size_t n = std::size(kHelpers);
+  std::vector<bool> used(n, false);
+  // What the kernels name, then what those helpers name, until nothing is added.
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (size_t i = 0; i < n; ++i) {
+      if (used[i]) continue;
+      bool hit = names(kernels, kHelpers[i].name);
+      for (size_t j = 0; j < n && !hit; ++j) hit = used[j] && names(kHelpers[j].text, kHelpers[i].name);
+      if (hit) used[i] = grew = true;
+    }
+  }
+  std::string out = "#include <cuda_runtime.h>\n#include <math.h>\n#include <stdint.h>\n";
+  bool one_liner_before = false;
+  for (size_t i = 0; i < n; ++i) {
+    if (!used[i]) continue;
+    std::string t = kHelpers[i].text;
+    bool one_liner = t.find('\n') + 1 == t.size();
+    if (!(one_liner && one_liner_before)) out += "\n";  // a blank line between blocks
+    out += t;
+    one_liner_before = one_liner;
+  }
+  return out;
 }
 
 }  // namespace mc::synth

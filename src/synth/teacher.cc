@@ -207,7 +207,7 @@ TeacherSolution Lowering::finish(const std::string& module_name) {
 
   // ---- native format -----------------------------------------------------------------------
   std::string nat = "// Built-in teacher solution (native format): " + g_.title() + "\n";
-  nat += "#include \"musacoder/native_abi.h\"\n" + teacher_prelude() + "\n" + kernels_;
+  nat += "#include \"musacoder/native_abi.h\"\n" + teacher_prelude(kernels_) + "\n" + kernels_;
   nat += "extern \"C\" int mc_forward(const mc_tensor* inputs, int n_inputs, mc_tensor* outputs, int n_outputs,\n"
          "                           cudaStream_t stream) {\n";
   nat += "  if (n_inputs != " + std::to_string(n_args_) + " || n_outputs != 1) return 1;\n";
@@ -227,7 +227,7 @@ TeacherSolution Lowering::finish(const std::string& module_name) {
     return r + "}";
   };
   std::string cu = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <vector>\n";
-  cu += teacher_prelude() + "\n" + kernels_;
+  cu += teacher_prelude(kernels_) + "\n" + kernels_;
   cu += "torch::Tensor forward(std::vector<torch::Tensor> ins) {\n";
   cu += "  TORCH_CHECK(ins.size() == " + std::to_string(n_args_) + ", \"expected " + std::to_string(n_args_) + " tensors\");\n";
   cu += "  for (auto& t : ins) TORCH_CHECK(t.is_contiguous(), \"inputs must be contiguous\");\n";

@@ -170,6 +170,30 @@ TEST(Teacher, NativeSourcesCompileWithNvccForEveryOp) {
   EXPECT_GE(sources.size(), 80u);
 }
 
+// A teacher source carries the device helpers its kernels call and those helpers' own, no others
+// (they are most of a solution's tokens otherwise). NativeSourcesCompileWithNvccForEveryOp
+// compiles every op's source, so a helper left out fails there.
+TEST(Teacher, SourcesCarryOnlyTheHelpersTheyCall) {
+  auto helpers = [](const std::string& op) {
+    std::string src = lower_graph(only_op(op, 0), "t").native_cu;
+    std::set<std::string> got;
+    for (const char* h : {"McSum", "McMax", "McMin", "McProd", "mc_warp_reduce", "mc_block_reduce", "mc_block_sum",
+                          "mc_block_max", "mc_block_arg", "mc_block_scan"})
+      if (src.find(std::string(h) + " ") != std::string::npos || src.find(std::string(h) + "(") != std::string::npos)
+        got.insert(h);
+    return got;
+  };
+  EXPECT_EQ(helpers("ReLU"), std::set<std::string>{});
+  EXPECT_EQ(helpers("Sum"), (std::set<std::string>{"McSum", "mc_warp_reduce", "mc_block_reduce"}));
+  EXPECT_EQ(helpers("ArgMax"), std::set<std::string>{"mc_block_arg"});
+  EXPECT_EQ(helpers("CumProd"), (std::set<std::string>{"McProd", "mc_block_scan"}));
+  EXPECT_EQ(helpers("Softmax"), (std::set<std::string>{"McSum", "McMax", "mc_warp_reduce", "mc_block_reduce",
+                                                       "mc_block_sum", "mc_block_max"}));
+  std::string relu = lower_graph(only_op("ReLU", 0), "t").native_cu;
+  EXPECT_NE(relu.find("#include <cuda_runtime.h>"), std::string::npos);
+  EXPECT_NE(relu.find("#include <math.h>"), std::string::npos);
+}
+
 TEST(Teacher, KernelBenchSolutionPassesStaticLegalityAndFusesEpilogues) {
   GeneratorOptions o;
   Graph g;
