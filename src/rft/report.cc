@@ -45,6 +45,30 @@ std::string fmt_q(const nlohmann::json& j) {
                      j["p50"].get<double>(), j["p90"].get<double>(), j["max"].get<double>(), j["n"].get<size_t>());
 }
 
+// Tokens drawn at a probability below kLowProbability, by verdict (null when no answer came with
+// the sampler's log-probabilities). When compile errors carry many and passing answers none, the
+// failures are sampling slips of a policy whose likeliest path was right.
+nlohmann::json low_prob_by_verdict(const std::vector<RftAnswer>& answers) {
+  std::map<std::string, std::vector<double>> by;
+  double tokens = 0, low = 0;
+  for (const auto& a : answers) {
+    if (!a.low_prob_tokens) continue;
+    by[a.verdict].push_back(*a.low_prob_tokens);
+    tokens += a.tokens;
+    low += *a.low_prob_tokens;
+  }
+  if (by.empty()) return nullptr;
+  nlohmann::json v = nlohmann::json::object();
+  for (auto& [verdict, xs] : by) {
+    std::sort(xs.begin(), xs.end());
+    size_t n = xs.size();
+    double median = n % 2 ? xs[n / 2] : 0.5 * (xs[n / 2 - 1] + xs[n / 2]);
+    double none = static_cast<double>(std::count(xs.begin(), xs.end(), 0.0)) / static_cast<double>(n);
+    v[verdict] = {{"answers", n}, {"median", median}, {"share_none", none}};
+  }
+  return {{"threshold", kLowProbability}, {"per_1000_tokens", tokens > 0 ? 1000 * low / tokens : 0.0}, {"by_verdict", v}};
+}
+
 }  // namespace
 
 RftReport make_report(const std::vector<RftAnswer>& answers, const std::vector<Decision>& decisions,
@@ -107,6 +131,7 @@ RftReport make_report(const std::vector<RftAnswer>& answers, const std::vector<D
   for (auto [b, c] : kept_buckets) buckets[speed_bucket_name(b)] = c;
   j["kept_speed_buckets"] = buckets;
   j["dropped"] = reasons;
+  j["low_prob_tokens"] = low_prob_by_verdict(answers);
   j["selection"] = {{"cap_per_problem", o.cap_per_problem}, {"near_duplicate_jaccard", o.near_duplicate_jaccard},
                     {"shingle_tokens", o.shingle_tokens}};
 
@@ -135,6 +160,14 @@ RftReport make_report(const std::vector<RftAnswer>& answers, const std::vector<D
   std::string rs;
   for (const auto& [r, c] : reasons) rs += fmt::format("{}{} {}", rs.empty() ? "" : ", ", r, c);
   t += fmt::format("{:<34}{}\n", "dropped", rs.empty() ? "-" : rs);
+  const auto& lp = j["low_prob_tokens"];
+  if (!lp.is_null()) {
+    t += fmt::format("{:<34}{:.2f} per 1000 tokens; by verdict: median per answer, share with none\n",
+                     fmt::format("tokens drawn at p < {}", kLowProbability), lp["per_1000_tokens"].get<double>());
+    for (const auto& [v, x] : lp["by_verdict"].items())
+      t += fmt::format("{:<34}{:<18} n {:>5}  median {:>5.1f}  none {:>5.1f}%\n", "", v, x["answers"].get<size_t>(),
+                       x["median"].get<double>(), 100 * x["share_none"].get<double>());
+  }
   return {j, t};
 }
 

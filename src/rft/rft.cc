@@ -1,5 +1,6 @@
 #include "rft/rft.h"
 
+#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -31,8 +32,15 @@ using nlohmann::json;
 
 using RftProblem = synth::Task;
 
-// Step 2: K answers per problem from the policy (or --samples-from).
-std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vector<RftProblem>& problems) {
+// Step 2: K answers per problem from the policy (or --samples-from). `stats` gets, per answer,
+// its token count and low-probability tokens when the rows carry the sampler's logprobs.
+struct SampleStats {
+  int tokens = 0;
+  std::optional<int> low_prob_tokens;
+};
+
+std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vector<RftProblem>& problems,
+                                            std::vector<SampleStats>& stats) {
   const fs::path out(o.out_dir);
   std::vector<eval::ProblemPtr> ptrs;
   std::map<std::string, eval::ProblemPtr> by_key;
@@ -57,6 +65,14 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
       c.answer = r["text"].get<std::string>();
       c.origin = fmt::format("{}:{}", file.string(), i + 1);
       cands.push_back(std::move(c));
+      SampleStats st;
+      if (r.contains("logprobs") && r["logprobs"].is_array()) {
+        const double cut = std::log(kLowProbability);
+        st.tokens = static_cast<int>(r["logprobs"].size());
+        st.low_prob_tokens = 0;
+        for (const auto& lp : r["logprobs"]) *st.low_prob_tokens += lp.is_number() && lp.get<double>() < cut;
+      }
+      stats.push_back(st);
     }
     return cands;
   };
@@ -69,7 +85,9 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
     json head = json::parse(first, nullptr, false);
     if (head.is_object() && head.contains("id") && head.contains("text") && head.contains("sample"))
       return from_generate(o.samples_from);
-    return eval::load_candidates(o.samples_from, ptrs);
+    auto cands = eval::load_candidates(o.samples_from, ptrs);
+    stats.assign(cands.size(), SampleStats{});
+    return cands;
   }
   MC_CHECK(!o.model_dir.empty(), "rft needs --model (the policy to sample from) or --samples-from FILE");
   MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "config.json"), "--model: ", o.model_dir,
@@ -215,7 +233,8 @@ RftResult run_rft(const RftOptions& o) {
   auto problems = synth::load_tasks(o.problems, o.format, o.level, o.backend);  // step 1
   std::map<std::string, const RftProblem*> by_key;
   for (const auto& p : problems) by_key[p.problem->key] = &p;
-  auto cands = sample_answers(o, problems);
+  std::vector<SampleStats> stats;
+  auto cands = sample_answers(o, problems, stats);
   MC_CHECK(!cands.empty(), "rft: no answers to verify");
   auto results = verify_answers(o, cands);
 
@@ -231,6 +250,8 @@ RftResult run_rft(const RftOptions& o) {
     a.code = ex.ok ? ex.code : c.answer;
     a.verdict = eval::to_string(r.verdict);
     if (r.speedup && !r.speedup_flagged) a.speedup = r.speedup;
+    a.tokens = stats[i].tokens;
+    a.low_prob_tokens = stats[i].low_prob_tokens;
   }
   std::vector<CodeFingerprint> prints;
   auto decisions = select_answers(answers, o.selection, &prints);

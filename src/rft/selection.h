@@ -32,7 +32,15 @@ struct RftAnswer {
   std::string code;           // the extracted solution (what is compared)
   std::string verdict;        // MooreEval's verdict name ("ok", "wrong_output", ...)
   std::optional<double> speedup;
+  // From the sampler's log-probabilities, when the answer came with them (for the report only):
+  // how many tokens it has, and how many were drawn at a probability below kLowProbability.
+  int tokens = 0;
+  std::optional<int> low_prob_tokens;
 };
+
+// A token drawn at less than this probability (under the sampling temperature) is a slip: the
+// model itself thought something else far likelier. Compile errors of small models track them.
+constexpr double kLowProbability = 0.1;
 
 struct SelectionOptions {
   int cap_per_problem = 4;             // answers kept per problem (0: no cap)

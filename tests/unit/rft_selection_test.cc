@@ -156,15 +156,16 @@ TEST(RftSimilarity, ViewsSeparateLayoutNamesAndConstants) {
 TEST(RftSelection, PlantedAnswersKeepAndDropWhatTheyShould) {
   // Input order puts the slower answers first: selection must still keep the faster ones.
   std::vector<RftAnswer> a = {
-      {"P1", "slow64", kRowSumBlock64, "ok", 1.1},
-      {"P1", "dup", kRowSumReformatted, "ok", 1.9},
-      {"P1", "renamed", kRowSumRenamed, "ok", 1.8},
-      {"P1", "base", kRowSum, "ok", 2.0},
-      {"P1", "block", kBlockReduce, "ok", 3.0},
-      {"P1", "block_guard", kBlockReduceGuarded, "ok", 2.9},
-      {"P1", "wrong", kBlockReduce, "incorrect", std::nullopt},
-      {"P1", "lost", kRowSum, "infra_error", std::nullopt},
-      {"P2", "only_wrong", kRowSum, "compile_error", std::nullopt},
+      // ..., tokens, tokens drawn at p < 0.1 (the sampler's logprobs; none for "lost")
+      {"P1", "slow64", kRowSumBlock64, "ok", 1.1, 1000, 0},
+      {"P1", "dup", kRowSumReformatted, "ok", 1.9, 1000, 0},
+      {"P1", "renamed", kRowSumRenamed, "ok", 1.8, 1000, 1},
+      {"P1", "base", kRowSum, "ok", 2.0, 1000, 0},
+      {"P1", "block", kBlockReduce, "ok", 3.0, 1000, 0},
+      {"P1", "block_guard", kBlockReduceGuarded, "ok", 2.9, 1000, 0},
+      {"P1", "wrong", kBlockReduce, "incorrect", std::nullopt, 1000, 3},
+      {"P1", "lost", kRowSum, "infra_error", std::nullopt, 0, std::nullopt},
+      {"P2", "only_wrong", kRowSum, "compile_error", std::nullopt, 2000, 12},
   };
   SelectionOptions o;
   o.cap_per_problem = 4;
@@ -205,6 +206,19 @@ TEST(RftSelection, PlantedAnswersKeepAndDropWhatTheyShould) {
   EXPECT_LT(rep.json["mean_pairwise_similarity_after"].get<double>(),
             rep.json["mean_pairwise_similarity_before"].get<double>());
   EXPECT_NEAR(rep.json["pass_rate"].get<double>(), 6.0 / 8.0, 1e-12);  // the infra error is not judged
+  // Low-probability tokens by verdict; the answer without logprobs counts in none of them.
+  const auto& lp = rep.json["low_prob_tokens"];
+  EXPECT_NEAR(lp["per_1000_tokens"].get<double>(), 1000.0 * 16 / 9000, 1e-9);
+  EXPECT_EQ(lp["by_verdict"]["ok"]["answers"], 6);
+  EXPECT_EQ(lp["by_verdict"]["ok"]["median"], 0.0);
+  EXPECT_NEAR(lp["by_verdict"]["ok"]["share_none"].get<double>(), 5.0 / 6.0, 1e-12);
+  EXPECT_EQ(lp["by_verdict"]["compile_error"]["median"], 12.0);
+  EXPECT_EQ(lp["by_verdict"]["incorrect"]["share_none"], 0.0);
+  EXPECT_FALSE(lp["by_verdict"].contains("infra_error"));
+  EXPECT_NE(rep.table.find("tokens drawn at p < 0.1"), std::string::npos) << rep.table;
+  // Answers without logprobs (--samples-from an eval file): no section.
+  for (auto& x : a) x.low_prob_tokens.reset();
+  EXPECT_TRUE(make_report(a, d, prints, 3, o).json["low_prob_tokens"].is_null());
 }
 
 TEST(RftSelection, CapIsFilledAcrossSpeedBuckets) {
@@ -219,7 +233,7 @@ TEST(RftSelection, CapIsFilledAcrossSpeedBuckets) {
   for (int i = 0; i < 6; ++i)
     a.push_back({"P", std::to_string(i), std::string("__global__ void k(const float* a, const float* b, float* out, int n) { int i = threadIdx.x; ") +
                                                  bodies[i] + " }",
-                 "ok", speeds[i]});
+                 "ok", speeds[i], 0, std::nullopt});
   SelectionOptions o;
   o.cap_per_problem = 3;
   o.near_duplicate_jaccard = 0.95;  // these share their signature line; only exact views separate them
