@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "common/low_prob.h"
+
 namespace mc::rft {
 namespace {
 

@@ -1,6 +1,5 @@
 #include "rft/rft.h"
 
-#include <cmath>
 #include <condition_variable>
 #include <fstream>
 #include <map>
@@ -14,6 +13,7 @@
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/jsonl.h"
+#include "common/low_prob.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "eval/candidates.h"
@@ -67,10 +67,10 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
       cands.push_back(std::move(c));
       SampleStats st;
       if (r.contains("logprobs") && r["logprobs"].is_array()) {
-        const double cut = std::log(kLowProbability);
-        st.tokens = static_cast<int>(r["logprobs"].size());
-        st.low_prob_tokens = 0;
-        for (const auto& lp : r["logprobs"]) *st.low_prob_tokens += lp.is_number() && lp.get<double>() < cut;
+        std::vector<double> lp;
+        for (const auto& x : r["logprobs"]) lp.push_back(x.is_number() ? x.get<double>() : 0.0);
+        st.tokens = static_cast<int>(lp.size());
+        st.low_prob_tokens = count_low_prob(lp.data(), lp.size());
       }
       stats.push_back(st);
     }

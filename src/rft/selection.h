@@ -33,14 +33,10 @@ struct RftAnswer {
   std::string verdict;        // MooreEval's verdict name ("ok", "wrong_output", ...)
   std::optional<double> speedup;
   // From the sampler's log-probabilities, when the answer came with them (for the report only):
-  // how many tokens it has, and how many were drawn at a probability below kLowProbability.
+  // how many tokens it has, and how many were drawn below kLowProbability (common/low_prob.h).
   int tokens = 0;
   std::optional<int> low_prob_tokens;
 };
-
-// A token drawn at less than this probability (under the sampling temperature) is a slip: the
-// model itself thought something else far likelier. Compile errors of small models track them.
-constexpr double kLowProbability = 0.1;
 
 struct SelectionOptions {
   int cap_per_problem = 4;             // answers kept per problem (0: no cap)

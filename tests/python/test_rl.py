@@ -132,6 +132,8 @@ def test_rl_steps_reach_every_branch(setup):
     # Step 3: nothing waits, so two fresh prompts; 2_ReLU, now answered by the model alone,
     # fails entirely again and re-enters the buffer.
     assert s3["repair_prompts"] == 0 and s3["bdr_added"] == 1 and s3["bdr_size"] == 1
+    # Sampling slips: a random tiny model gives almost every token of any answer p < 0.1.
+    assert s1["turn1_low_prob_per_1000"] > 500, s1["turn1_low_prob_per_1000"]
     for r in rows:
         assert r["updated"] and r["trained_tokens"] > 0 and r["infra_trajectories"] == 0
         assert r["mirrorpop_filtered_share"] == 0 and r["mirrorpop_mean_abs_log_ratio"] < 1e-4  # same weights, fp32
