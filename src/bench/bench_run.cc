@@ -146,10 +146,16 @@ json load_baseline(const BenchOptions& o) {
   return json{{"eager", json::object()}, {"compile", json::object()}, {"errors", json::object()}, {"source", kTimedHere}};
 }
 
-bool has_baseline(const json& b, const eval::Problem& p) {
+// Problem p's timing of `kind` (eager | compile) in baseline.json's schema, or null.
+const json* baseline_entry(const json& b, const char* kind, const eval::Problem& p) {
   std::string level = "level" + std::to_string(p.level), file = p.stem + ".py";
-  auto in = [&](const char* kind) { return b.contains(kind) && b[kind].contains(level) && b[kind][level].contains(file); };
-  return (in("eager") && in("compile")) || (b.contains("errors") && b["errors"].contains(p.key));
+  if (!b.contains(kind) || !b[kind].contains(level) || !b[kind][level].contains(file)) return nullptr;
+  return &b[kind][level][file];
+}
+
+bool has_baseline(const json& b, const eval::Problem& p) {
+  return (baseline_entry(b, "eager", p) && baseline_entry(b, "compile", p)) ||
+         (b.contains("errors") && b["errors"].contains(p.key));
 }
 
 // Times what `needed` lacks (when this run times its own baseline) and writes baseline.json.
@@ -177,11 +183,9 @@ void time_baseline(const BenchOptions& o, const std::vector<eval::ProblemPtr>& n
 }
 
 std::optional<double> compile_over_eager(const json& baseline, const eval::Problem& p) {
-  std::string level = "level" + std::to_string(p.level), file = p.stem + ".py";
   auto median = [&](const char* kind) -> std::optional<double> {
-    const json& t = baseline.value(kind, json::object());
-    if (!t.contains(level) || !t[level].contains(file)) return std::nullopt;
-    double ms = t[level][file].value("median", 0.0);
+    const json* t = baseline_entry(baseline, kind, p);
+    double ms = t ? t->value("median", 0.0) : 0.0;
     return ms > 0 ? std::optional<double>(ms) : std::nullopt;
   };
   auto e = median("eager"), c = median("compile");
