@@ -471,7 +471,6 @@ RlResult run_rl(const RlOptions& o) {
       }
       add("turn1_tokens", static_cast<double>(t.turns[0].tokens.size()));
       add("turn1_low_prob", count_low_prob(t.turns[0].logprobs.data(), t.turns[0].logprobs.size()));
-      add("turn1_logprobs", static_cast<double>(t.turns[0].logprobs.size()));
       if (t.turns[0].finish_reason == "length") add("turn1_truncated", 1);
     }
     for (const auto& t : traj)
@@ -665,7 +664,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"updated", n_tokens > 0},
                 {"turn1_tokens_mean", ratio(num(m, "turn1_tokens"), scored)},
                 {"turn1_truncated_share", ratio(num(m, "turn1_truncated"), scored)},
-                {"turn1_low_prob_per_1000", ratio(1000 * num(m, "turn1_low_prob"), num(m, "turn1_logprobs"))},
+                {"turn1_low_prob_per_1000", ratio(1000 * num(m, "turn1_low_prob"), num(m, "turn1_tokens"))},
                 {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
                 {"answers", answers},
                 {"twin_answers_share", ratio(num(m, "twin_answers"), num(m, "answers") + num(m, "infra_answers"))},
