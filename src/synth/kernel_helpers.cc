@@ -6,23 +6,26 @@
 
 namespace mc::synth {
 
-RowIdx row_idx(const Shape& shape, int d0, int d1) {
-  int64_t a = 1, r = 1, b = 1;
-  for (int i = 0; i < static_cast<int>(shape.size()); ++i) (i < d0 ? a : i < d1 ? r : b) *= shape[i];
+RowIdx row_idx(const Dims& shape, int d0, int d1) {
+  Dim a = 1, r = 1, b = 1;
+  for (int i = 0; i < static_cast<int>(shape.size()); ++i) {
+    Dim& part = i < d0 ? a : i < d1 ? r : b;
+    part = part * shape[i];
+  }
   RowIdx x;
   x.rows = a * b;
   x.len = r;
   x.at = [r, b](const std::string& row, const std::string& e) {
-    if (b == 1) return "((" + row + ") * " + lit(r) + " + (" + e + "))";
+    if (b.v() == 1) return "((" + row + ") * " + lit(r) + " + (" + e + "))";
     return "(((" + row + ") / " + lit(b) + ") * " + lit(r * b) + " + (" + e + ") * " + lit(b) +
            " + (" + row + ") % " + lit(b) + ")";
   };
   return x;
 }
 
-RowIdx channel_rows(const Shape& shape) {
-  int64_t n = shape[0], c = shape[1], s = 1;
-  for (size_t i = 2; i < shape.size(); ++i) s *= shape[i];
+RowIdx channel_rows(const Dims& shape) {
+  Dim n = shape[0], c = shape[1], s = 1;
+  for (size_t i = 2; i < shape.size(); ++i) s = s * shape[i];
   RowIdx x;
   x.rows = c;
   x.len = n * s;
@@ -33,20 +36,16 @@ RowIdx channel_rows(const Shape& shape) {
   return x;
 }
 
-int row_block(int64_t len) {
-  int b = 32;
-  while (b < len && b < 512) b *= 2;
-  return b;
-}
-
-Kernel gather_kernel(const Shape& out, const std::string& body) {
-  int64_t n = std::max<int64_t>(1, numel(out));
+// One thread per output element, (n + 255) / 256 blocks of 256. The loop strides by the grid, so
+// the kernel stays correct under any grid a caller picks.
+Kernel gather_kernel(const Dims& out, const std::string& body) {
+  Dim n = numel(out);
   Kernel k;
   k.block = 256;
-  k.grid = std::to_string(std::min<int64_t>((n + 255) / 256, 65536));
+  k.grid = ((n + 255) / 256).bare();
   std::string b = "  for (long long o = (long long)blockIdx.x * blockDim.x + threadIdx.x; o < " + lit(n) +
                   "; o += (long long)gridDim.x * blockDim.x) {\n";
-  Shape st = strides_of(out);
+  Dims st = strides_of(out);
   for (size_t i = 0; i < out.size(); ++i)
     b += "    const long long c" + std::to_string(i) + " = (o / " + lit(st[i]) + ") % " + lit(out[i]) + ";\n";
   b += body + "  }\n";

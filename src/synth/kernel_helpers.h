@@ -12,21 +12,23 @@ namespace mc::synth {
 
 // Elements of a row: rows x len, and the input offset of element r of row `row`.
 struct RowIdx {
-  int64_t rows = 1, len = 1;
+  Dim rows = 1, len = 1;
   // C++ expression of the element offset, from the names of the row and element variables.
   std::function<std::string(const std::string& row, const std::string& r)> at;
 };
 
 // Reduce the dims [d0, d1) of `shape` (the others index the rows, in order).
-RowIdx row_idx(const Shape& shape, int d0, int d1);
+RowIdx row_idx(const Dims& shape, int d0, int d1);
 // Per-channel rows of an [N, C, ...] tensor: every element of channel c (batch norm).
-RowIdx channel_rows(const Shape& shape);
+RowIdx channel_rows(const Dims& shape);
 
-int row_block(int64_t len);
+// Threads per row block. One size for every shape: a solution's text then does not change with
+// its problem's sizes (dim.h), and the kernels loop over rows of any length.
+inline constexpr int kRowBlock = 256;
 
 // One thread per output element (grid-stride): `body` reads the coordinates c0, c1, ... of
 // output element `o` and ends with STORE(o, value).
-Kernel gather_kernel(const Shape& out, const std::string& body);  // threads per row block: a power of two in [32, 512]
+Kernel gather_kernel(const Dims& out, const std::string& body);
 
 // The includes and the device helpers that `kernels` calls (warp/block sum, max, min, product,
 // argmax/argmin with the first index on ties as torch, an inclusive block scan), with the helpers

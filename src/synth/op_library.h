@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "synth/dim.h"
 #include "synth/graph.h"
 
 namespace mc::synth {
@@ -37,13 +38,18 @@ struct LowerCtx {
   std::vector<TensorType> in;          // types of n.args
   std::vector<StateTensor> state;      // the node's state tensors
   TensorType out;
+  // The same shapes as the kernel text spells them (dim.h): lowerings write sizes from these,
+  // never from the values above, which serve checks and launch choices only.
+  std::vector<Dims> in_d;
+  std::vector<Dims> state_d;
+  Dims out_d;
   // Parameter names inside the kernel: tensor args a0, a1, ...; state s0, s1, ...; output `out`.
   // Bodies write results with STORE(linear_output_index, value).
 };
 
 struct Kernel {
   std::string body;       // statements of the __global__ function
-  std::string grid;       // C++ expression (may use literals only)
+  std::string grid;       // host C++ expression (literals and the named sizes)
   int block = 256;
   std::string smem = "0";  // dynamic shared memory bytes
 };
@@ -74,6 +80,10 @@ struct OpDef {
   // the output). Kernel: the whole kernel.
   std::function<std::string(const nlohmann::json& p, const std::vector<std::string>& operands)> cuda_expr;
   std::function<Kernel(const LowerCtx&)> lower;
+  // Optional: the output's and the state's dims as expressions of the inputs' (dim.h), where
+  // they are not simply input dims (teacher_sizes.cc matches those by value).
+  std::function<Dims(const nlohmann::json& p, const std::vector<Dims>& in)> infer_dims;
+  std::function<std::vector<Dims>(const nlohmann::json& p, const std::vector<Dims>& in)> state_dims;
 };
 
 const std::map<std::string, OpDef>& op_library();
@@ -90,7 +100,7 @@ void register_index_ops(std::map<std::string, OpDef>& lib);      // gather, embe
 // Helpers shared by the family files.
 // py_call of ops that are nn modules: "self.<attr>(x)".
 std::string call_module(const nlohmann::json& p, const std::vector<std::string>& args, const std::string& self_attr);
-std::string lit(int64_t v);                       // "128LL"
+std::string lit(int64_t v);                       // "128LL" (a size: lit(const Dim&))
 std::string flit(double v);                       // "0.5f" spelled exactly
 std::string dlit(double v);                       // "0.5" (double, 17 digits)
 std::string py_shape(const Shape& s);             // "128, 4096"

@@ -86,6 +86,27 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     if (p.value("bias", true)) s.push_back({"bias", {cout}});
     return s;
   };
+  // The same as the kernel text spells them: out_channels and the kernel size stay the literals
+  // of the module's arguments, the spatial sizes are arithmetic on the input's.
+  d.infer_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
+    auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1),
+         op = vec(p, "out_pad", nd, 0);
+    Dims s = {in[0][0], Dim(p.at("out").get<int64_t>())};
+    for (int i = 0; i < nd; ++i) {
+      const Dim& x = in[0][2 + i];
+      s.push_back(transposed ? x * st[i] + (-st[i] - 2 * pad[i] + dil[i] * (k[i] - 1) + op[i] + 1)
+                             : (x + (2 * pad[i] - dil[i] * (k[i] - 1) - 1)) / st[i] + 1);
+    }
+    return s;
+  };
+  d.state_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dim cin = in[0][1], cout = p.at("out").get<int64_t>(), g = p.value("groups", int64_t{1});
+    Dims w = transposed ? Dims{cin, cout / g} : Dims{cout, cin / g};
+    for (auto k : vec(p, "k", nd, 1)) w.push_back(k);
+    std::vector<Dims> s = {w};
+    if (p.value("bias", true)) s.push_back({cout});
+    return s;
+  };
   d.py_init = [nd, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
     std::string s = "nn." + name + "(" + std::to_string(in[0].shape[1]) + ", " + std::to_string(p.at("out").get<int64_t>()) +
                     ", " + tuple_or_int(vec(p, "k", nd, 1));
@@ -105,11 +126,11 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     return Cost{2 * macs, 4.0 * (numel(in[0].shape) + numel(out.shape))};
   };
   d.lower = [nd, transposed](const LowerCtx& c) {
-    const Shape &x = c.in[0].shape, &o = c.out.shape;
+    const Dims &x = c.in_d[0], &o = c.out_d;
     const nlohmann::json& p = c.n.p;
-    int64_t cin = x[1], cout = o[1], g = p.value("groups", 1), cin_g = cin / g, cout_g = cout / g;
+    Dim cin = x[1], cout = o[1], g = p.value("groups", int64_t{1}), cin_g = cin / g, cout_g = cout / g;
     auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1);
-    Shape xs = strides_of(x), ws = strides_of(c.state[0].shape);
+    Dims xs = strides_of(x), ws = strides_of(c.state_d[0]);
     std::string b = "    const long long grp = c1 / " + lit(cout_g) + ";\n    double acc = 0.0;\n";
     std::string ind = "    ";
     // weight [cout, cin/g, k...] (conv) or [cin, cout/g, k...] (transposed)
@@ -185,6 +206,12 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     }
     return TensorType{s, DType::kF32};
   };
+  d.infer_dims = [nd](const nlohmann::json& p, const std::vector<Dims>& in) {
+    int64_t k = p.at("k"), st = p.at("stride"), pad = p.value("pad", 0);
+    Dims s = {in[0][0], in[0][1]};
+    for (int i = 0; i < nd; ++i) s.push_back((in[0][2 + i] + (2 * pad - k)) / st + 1);
+    return s;
+  };
   d.py_init = [name = d.name](const nlohmann::json& p, const std::vector<TensorType>&) {
     std::string s = "nn." + name + "(kernel_size=" + std::to_string(p.at("k").get<int64_t>()) +
                     ", stride=" + std::to_string(p.at("stride").get<int64_t>());
@@ -198,9 +225,9 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     return Cost{numel(out.shape) * kv, 4.0 * (numel(in[0].shape) + numel(out.shape))};
   };
   d.lower = [nd, max](const LowerCtx& c) {
-    const Shape &x = c.in[0].shape, &o = c.out.shape;
+    const Dims &x = c.in_d[0], &o = c.out_d;
     int64_t k = c.n.p.at("k"), st = c.n.p.at("stride"), pad = c.n.p.value("pad", 0);
-    Shape xs = strides_of(x);
+    Dims xs = strides_of(x);
     std::string b = std::string(max ? "    float acc = -INFINITY;\n" : "    double acc = 0.0;\n");
     std::string off = "c0 * " + lit(xs[0]) + " + c1 * " + lit(xs[1]), ind = "    ", close;
     for (int i = 0; i < nd; ++i) {
@@ -242,6 +269,7 @@ void add_global_avg_pool(std::map<std::string, OpDef>& lib) {
     MC_CHECK(in[0].dtype == DType::kF32 && in[0].shape.size() >= 3, "GlobalAvgPool needs [N, C, ...]");
     return TensorType{{in[0].shape[0], in[0].shape[1]}, DType::kF32};
   };
+  d.infer_dims = [](const nlohmann::json&, const std::vector<Dims>& in) { return Dims{in[0][0], in[0][1]}; };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     std::string dims;
     for (int i = 2; i < p.at("rank").get<int>(); ++i) dims += (i > 2 ? ", " : "") + std::to_string(i);
@@ -251,15 +279,16 @@ void add_global_avg_pool(std::map<std::string, OpDef>& lib) {
     return Cost{static_cast<double>(numel(in[0].shape)), 4.0 * numel(in[0].shape)};
   };
   d.lower = [](const LowerCtx& c) {
-    int64_t sp = numel(c.in[0].shape) / (c.in[0].shape[0] * c.in[0].shape[1]);
-    RowIdx ri = row_idx({c.in[0].shape[0] * c.in[0].shape[1], sp}, 1, 2);
+    const Dims& x = c.in_d[0];
+    Dim sp = numel(Dims(x.begin() + 2, x.end()));
+    RowIdx ri = row_idx(Dims{x[0] * x[1], sp}, 1, 2);
     std::string b = "  const long long row = blockIdx.x;\n  double s = 0.0;\n";
     b += "  for (long long r = threadIdx.x; r < " + lit(sp) + "; r += blockDim.x) s += a0[" + ri.at("row", "r") + "];\n";
-    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, s / " + std::to_string(sp) + ".0);\n";
+    b += "  s = mc_block_sum(s);\n  if (threadIdx.x == 0) STORE(row, s / " + dbl(sp) + ");\n";
     Kernel k;
     k.body = b;
-    k.grid = std::to_string(ri.rows);
-    k.block = row_block(sp);
+    k.grid = ri.rows.bare();
+    k.block = kRowBlock;
     return k;
   };
   lib[d.name] = d;

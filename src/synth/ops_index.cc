@@ -39,16 +39,17 @@ void add_gather(std::map<std::string, OpDef>& lib) {
     norm_dim(p.at("dim").get<int64_t>(), in[0].shape.size());
     return TensorType{in[1].shape, DType::kF32};
   };
+  d.infer_dims = [](const nlohmann::json&, const std::vector<Dims>& in) { return in[1]; };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return "torch.gather(" + a[0] + ", " + std::to_string(p.at("dim").get<int>()) + ", " + a[1] + ")";
   };
   d.lower = [](const LowerCtx& c) {
     int dim = c.n.p.at("dim").get<int>();
-    Shape xs = strides_of(c.in[0].shape);
+    Dims xs = strides_of(c.in_d[0]);
     std::string off;
     for (size_t i = 0; i < xs.size(); ++i)
       off += (i ? " + " : "") + (static_cast<int>(i) == dim ? std::string("a1[o]") : "c" + std::to_string(i)) + " * " + lit(xs[i]);
-    return gather_kernel(c.out.shape, "    STORE(o, a0[" + off + "]);\n");
+    return gather_kernel(c.out_d, "    STORE(o, a0[" + off + "]);\n");
   };
   lib[d.name] = d;
 }
@@ -68,18 +69,23 @@ void add_index_select(std::map<std::string, OpDef>& lib) {
     s[norm_dim(p.at("dim").get<int64_t>(), s.size())] = in[1].shape[0];
     return TensorType{s, DType::kF32};
   };
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dims s = in[0];
+    s[norm_dim(p.at("dim").get<int64_t>(), s.size())] = in[1][0];
+    return s;
+  };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return "torch.index_select(" + a[0] + ", " + std::to_string(p.at("dim").get<int>()) + ", " + a[1] + ")";
   };
   d.lower = [](const LowerCtx& c) {
     int dim = c.n.p.at("dim").get<int>();
-    Shape xs = strides_of(c.in[0].shape);
+    Dims xs = strides_of(c.in_d[0]);
     std::string off;
     for (size_t i = 0; i < xs.size(); ++i) {
       std::string ci = "c" + std::to_string(i);
       off += (i ? " + " : "") + (static_cast<int>(i) == dim ? "a1[" + ci + "]" : ci) + " * " + lit(xs[i]);
     }
-    return gather_kernel(c.out.shape, "    STORE(o, a0[" + off + "]);\n");
+    return gather_kernel(c.out_d, "    STORE(o, a0[" + off + "]);\n");
   };
   lib[d.name] = d;
 }
@@ -98,6 +104,15 @@ void add_embedding(std::map<std::string, OpDef>& lib) {
     s.push_back(p.at("dim").get<int64_t>());
     return TensorType{s, DType::kF32};
   };
+  // num_embeddings and embedding_dim stay the literals of nn.Embedding(vocab, dim).
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dims s = in[0];
+    s.push_back(p.at("dim").get<int64_t>());
+    return s;
+  };
+  d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>&) {
+    return std::vector<Dims>{{p.at("vocab").get<int64_t>(), p.at("dim").get<int64_t>()}};
+  };
   d.state = [](const nlohmann::json& p, const std::vector<TensorType>&) {
     return std::vector<StateTensor>{{"weight", {p.at("vocab").get<int64_t>(), p.at("dim").get<int64_t>()}}};
   };
@@ -106,8 +121,8 @@ void add_embedding(std::map<std::string, OpDef>& lib) {
   };
   d.py_call = call_module;
   d.lower = [](const LowerCtx& c) {
-    int64_t dim = c.out.shape.back();
-    return gather_kernel(c.out.shape, "    STORE(o, s0[a0[o / " + lit(dim) + "] * " + lit(dim) + " + o % " + lit(dim) + "]);\n");
+    Dim dim = c.out_d.back();
+    return gather_kernel(c.out_d, "    STORE(o, s0[a0[o / " + lit(dim) + "] * " + lit(dim) + " + o % " + lit(dim) + "]);\n");
   };
   lib[d.name] = d;
 }
@@ -129,6 +144,11 @@ void add_permute(std::map<std::string, OpDef>& lib) {
     for (int i : perm) s.push_back(in[0].shape.at(i));
     return TensorType{s, in[0].dtype};
   };
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dims s;
+    for (int i : p.at("perm").get<std::vector<int>>()) s.push_back(in[0].at(i));
+    return s;
+  };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     std::string s;
     for (int i : p.at("perm").get<std::vector<int>>()) s += (s.empty() ? "" : ", ") + std::to_string(i);
@@ -136,10 +156,10 @@ void add_permute(std::map<std::string, OpDef>& lib) {
   };
   d.lower = [](const LowerCtx& c) {
     auto perm = c.n.p.at("perm").get<std::vector<int>>();
-    Shape xs = strides_of(c.in[0].shape);
+    Dims xs = strides_of(c.in_d[0]);
     std::string off;
     for (size_t i = 0; i < perm.size(); ++i) off += (i ? " + " : "") + std::string("c") + std::to_string(i) + " * " + lit(xs[perm[i]]);
-    return gather_kernel(c.out.shape, "    STORE(o, a0[" + off + "]);\n");
+    return gather_kernel(c.out_d, "    STORE(o, a0[" + off + "]);\n");
   };
   lib[d.name] = d;
 }
@@ -188,8 +208,8 @@ void add_attention(std::map<std::string, OpDef>& lib) {
     return Cost{4.0 * s[0] * s[1] * s[2] * s[2] * s[3], 16.0 * numel(s)};
   };
   d.lower = [](const LowerCtx& c) {
-    const Shape& s = c.in[0].shape;
-    int64_t S = s[2], D = s[3];
+    const Dims& s = c.in_d[0];
+    Dim S = s[2], D = s[3];
     // Scores kept in double in shared memory (S * 8 bytes).
     bool causal = c.n.p.value("causal", false);
     std::string lim = causal ? "(i + 1)" : lit(S);
@@ -197,22 +217,22 @@ void add_attention(std::map<std::string, OpDef>& lib) {
     b += "  const long long row = blockIdx.x, i = row % " + lit(S) + ", head = row / " + lit(S) + ";\n";
     b += "  const float* q = a0 + row * " + lit(D) + ";\n";
     b += "  const float* k = a1 + head * " + lit(S * D) + ";\n  const float* v = a2 + head * " + lit(S * D) + ";\n";
-    b += "  const double scale = " + dlit(1.0 / std::sqrt(static_cast<double>(D))) + ";\n";
+    b += "  const double scale = 1.0 / sqrt(" + dbl(D) + ");\n";
     b += "  double m = -INFINITY;\n";
     b += "  for (long long j = threadIdx.x; j < " + lim + "; j += blockDim.x) {\n";
-    b += "    double dot = 0.0;\n    for (int d = 0; d < " + std::to_string(D) + "; ++d) dot += (double)q[d] * k[j * " + lit(D) + " + d];\n";
+    b += "    double dot = 0.0;\n    for (int d = 0; d < " + lit(D) + "; ++d) dot += (double)q[d] * k[j * " + lit(D) + " + d];\n";
     b += "    sc[j] = dot * scale;\n    m = fmax(m, sc[j]);\n  }\n";
     b += "  m = mc_block_reduce(m, McMax(), (double)-INFINITY);\n  double sum = 0.0;\n";
     b += "  for (long long j = threadIdx.x; j < " + lim + "; j += blockDim.x) { sc[j] = exp(sc[j] - m); sum += sc[j]; }\n";
     b += "  sum = mc_block_sum(sum);\n  const double inv = 1.0 / sum;\n";
-    b += "  for (int d = threadIdx.x; d < " + std::to_string(D) + "; d += blockDim.x) {\n";
+    b += "  for (int d = threadIdx.x; d < " + lit(D) + "; d += blockDim.x) {\n";
     b += "    double acc = 0.0;\n    for (long long j = 0; j < " + lim + "; ++j) acc += sc[j] * v[j * " + lit(D) + " + d];\n";
     b += "    STORE(row * " + lit(D) + " + d, acc * inv);\n  }\n";
     Kernel k;
     k.body = b;
-    k.grid = std::to_string(numel(s) / D);
+    k.grid = (s[0] * s[1] * S).bare();
     k.block = 128;
-    k.smem = std::to_string(S * 8);
+    k.smem = (S * 8).bare();
     return k;
   };
   lib[d.name] = d;

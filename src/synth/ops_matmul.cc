@@ -1,6 +1,7 @@
 // Matrix products: plain, transposed, batched, matrix-vector, diagonal, triangular, and
 // nn.Linear. The teacher lowers them to one shared-memory tiled GEMM (64x64 tiles, 4x4 per
-// thread) addressed through literal strides, with bias and masks in its epilogue.
+// thread) addressed through strides spelled from the problem's sizes, with bias and masks in
+// its epilogue.
 #include "common/check.h"
 #include "synth/kernel_helpers.h"
 #include "synth/op_library.h"
@@ -9,10 +10,10 @@ namespace mc::synth {
 namespace {
 
 struct GemmSpec {
-  int64_t batch = 1, m = 0, n = 0, k = 0;
-  std::string a, b;                   // pointer names
-  int64_t sab = 0, sam = 0, sak = 0;  // A(b, m, k) strides
-  int64_t sbb = 0, sbk = 0, sbn = 0;  // B(b, k, n) strides
+  Dim batch = 1, m = 0, n = 0, k = 0;
+  std::string a, b;             // pointer names
+  Dim sab = 0, sam = 0, sak = 0;  // A(b, m, k) strides
+  Dim sbb = 0, sbk = 0, sbn = 0;  // B(b, k, n) strides
   std::string bias;                   // per-column bias pointer, or ""
   bool lower_triangular = false;      // keep n <= m only (torch.tril of the product)
 };
@@ -33,13 +34,13 @@ Kernel gemm_kernel(const GemmSpec& g) {
   s += "  for (long long kt = 0; kt < " + K + "; kt += 16) {\n";
   s += "    for (int i = threadIdx.x; i < 1024; i += 256) {\n";
   // A tile: consecutive threads walk k when k is A's contiguous dim, else m.
-  if (g.sak == 1)
+  if (g.sak.v() == 1)
     s += "      const int mm = i / 16, kk = i % 16;\n";
   else
     s += "      const int mm = i % 64, kk = i / 64;\n";
   s += "      const long long m = m0 + mm, k = kt + kk;\n";
   s += "      As[kk][mm] = (m < " + M + " && k < " + K + ") ? " + A("bz", "m", "k") + " : 0.0f;\n";
-  if (g.sbn == 1)
+  if (g.sbn.v() == 1)
     s += "      const int nn = i % 64, kb = i / 64;\n";
   else
     s += "      const int nn = i / 16, kb = i % 16;\n";
@@ -61,8 +62,7 @@ Kernel gemm_kernel(const GemmSpec& g) {
   Kernel k;
   k.body = s;
   k.block = 256;
-  k.grid = "dim3(" + std::to_string((g.n + 63) / 64) + ", " + std::to_string((g.m + 63) / 64) + ", " +
-           std::to_string(g.batch) + ")";
+  k.grid = "dim3(" + ((g.n + 63) / 64).bare() + ", " + ((g.m + 63) / 64).bare() + ", " + g.batch.bare() + ")";
   return k;
 }
 
@@ -123,6 +123,21 @@ void add_product(std::map<std::string, OpDef>& lib, const char* name, Layout lay
     if (lay == Layout::kBatched) s.insert(s.begin(), batch);
     return TensorType{s, DType::kF32};
   };
+  // The same sizes, as the kernel text spells them.
+  auto dims_d = [lay](const std::vector<Dims>& in) {
+    const Dims &a = in[0], &b = in[1];
+    size_t o = a.size() - 2;
+    Dim batch = o ? a[0] : Dim(1);
+    Dim m = lay == Layout::kTransA ? a[o + 1] : a[o], k = lay == Layout::kTransA ? a[o] : a[o + 1];
+    Dim n = lay == Layout::kTransB ? b[o] : b[o + 1];
+    return std::array<Dim, 4>{batch, m, n, k};
+  };
+  d.infer_dims = [dims_d, lay](const nlohmann::json&, const std::vector<Dims>& in) {
+    auto [batch, m, n, k] = dims_d(in);
+    Dims s = {m, n};
+    if (lay == Layout::kBatched) s.insert(s.begin(), batch);
+    return s;
+  };
   d.py_call = [lay](const nlohmann::json&, const std::vector<std::string>& a, const std::string&) {
     switch (lay) {
       case Layout::kTransA: return "torch.matmul(" + a[0] + ".T, " + a[1] + ")";
@@ -136,8 +151,8 @@ void add_product(std::map<std::string, OpDef>& lib, const char* name, Layout lay
     auto [b, m, n, k] = dims(in);
     return gemm_cost(b, m, n, k);
   };
-  d.lower = [dims, lay](const LowerCtx& c) {
-    auto [batch, m, n, k] = dims(c.in);
+  d.lower = [dims_d, lay](const LowerCtx& c) {
+    auto [batch, m, n, k] = dims_d(c.in_d);
     GemmSpec g{batch, m, n, k, "a0", "a1"};
     g.sab = m * k, g.sbb = k * n;
     if (lay == Layout::kTransA) g.sam = 1, g.sak = m;
@@ -182,6 +197,18 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     if (p.value("bias", true)) s.push_back({"bias", {n}});
     return s;
   };
+  // out_features stays the literal of nn.Linear(in, out).
+  d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dim n = p.at("out").get<int64_t>();
+    std::vector<Dims> s = {{n, in[0].back()}};
+    if (p.value("bias", true)) s.push_back({n});
+    return s;
+  };
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dims s = in[0];
+    s.back() = p.at("out").get<int64_t>();
+    return s;
+  };
   d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
     return "nn.Linear(" + std::to_string(in[0].shape.back()) + ", " + std::to_string(p.at("out").get<int64_t>()) +
            (p.value("bias", true) ? "" : ", bias=False") + ")";
@@ -192,8 +219,8 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     return gemm_cost(1, numel(in[0].shape) / k, p.at("out").get<int64_t>(), k);
   };
   d.lower = [](const LowerCtx& c) {
-    int64_t k = c.in[0].shape.back(), n = c.n.p.at("out").get<int64_t>();
-    GemmSpec g{1, numel(c.in[0].shape) / k, n, k, "a0", "s0"};
+    Dim k = c.in_d[0].back(), n = c.n.p.at("out").get<int64_t>();
+    GemmSpec g{1, numel(Dims(c.in_d[0].begin(), c.in_d[0].end() - 1)), n, k, "a0", "s0"};
     g.sam = k, g.sak = 1;
     g.sbk = 1, g.sbn = k;  // weight is [N, K]: x @ W.T
     if (c.n.p.value("bias", true)) g.bias = "s1";
@@ -225,7 +252,7 @@ void add_diag_matmul(std::map<std::string, OpDef>& lib) {
   d.cost = [](const nlohmann::json&, const std::vector<TensorType>& in, const TensorType& out) {
     return Cost{static_cast<double>(numel(out.shape)), 8.0 * numel(out.shape)};
   };
-  d.lower = [](const LowerCtx& c) { return gather_kernel(c.out.shape, "    STORE(o, a0[c0] * a1[o]);\n"); };
+  d.lower = [](const LowerCtx& c) { return gather_kernel(c.out_d, "    STORE(o, a0[c0] * a1[o]);\n"); };
   lib[d.name] = d;
 }
 

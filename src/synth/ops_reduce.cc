@@ -35,10 +35,10 @@ OpDef row_op(const char* name, const char* family) {
 
 bool is_float(const TensorType& t) { return t.dtype == DType::kF32; }
 
-Kernel row_kernel(int64_t rows, int64_t len, std::string body) {
+Kernel row_kernel(const Dim& rows, const Dim& len, std::string body) {
   Kernel k;
-  k.grid = std::to_string(rows);
-  k.block = row_block(len);
+  k.grid = rows.bare();
+  k.block = kRowBlock;
   k.body = "  const long long row = blockIdx.x;\n" + body;
   return k;
 }
@@ -77,6 +77,13 @@ void add_reduction(std::map<std::string, OpDef>& lib, const Reduction& r) {
     else s.erase(s.begin() + dim);
     return TensorType{s, DType::kF32};
   };
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    int dim = norm_dim(p.at("dim").get<int64_t>(), in[0].size());
+    Dims s = in[0];
+    if (p.value("keepdim", false)) s[dim] = 1;
+    else s.erase(s.begin() + dim);
+    return s;
+  };
   std::string py = r.py;
   d.py_call = [py](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return subst(subst(subst(py, "{x}", a[0]), "{d}", std::to_string(p.at("dim").get<int>())),
@@ -85,8 +92,8 @@ void add_reduction(std::map<std::string, OpDef>& lib, const Reduction& r) {
   Reduction rr = r;
   d.lower = [rr](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
-    RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
-    std::string b = "  const double L = " + std::to_string(ri.len) + ".0;\n  (void)L;\n";
+    RowIdx ri = row_idx(c.in_d[0], dim, dim + 1);
+    std::string b = "  const double L = " + dbl(ri.len) + ";\n  (void)L;\n";
     b += "  double acc = " + std::string(rr.init) + ";\n";
     b += "  for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x) {\n";
     b += "    float v = a0[" + ri.at("row", "r") + "];\n    acc = " + rr.step + ";\n  }\n";
@@ -106,7 +113,7 @@ void add_logsumexp(std::map<std::string, OpDef>& lib) {
   };
   d.lower = [](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
-    RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
+    RowIdx ri = row_idx(c.in_d[0], dim, dim + 1);
     std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
     std::string x = "a0[" + ri.at("row", "r") + "]";
     std::string b = "  float m = -INFINITY;\n  " + loop + " m = fmaxf(m, " + x + ");\n";
@@ -135,13 +142,18 @@ void add_arg(std::map<std::string, OpDef>& lib, const char* name, bool greater) 
     s.erase(s.begin() + norm_dim(p.at("dim").get<int64_t>(), s.size()));
     return TensorType{s, DType::kI64};
   };
+  d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+    Dims s = in[0];
+    s.erase(s.begin() + norm_dim(p.at("dim").get<int64_t>(), s.size()));
+    return s;
+  };
   std::string fn = greater ? "torch.argmax" : "torch.argmin";
   d.py_call = [fn](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return fn + "(" + a[0] + ", dim=" + std::to_string(p.at("dim").get<int>()) + ")";
   };
   d.lower = [greater](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
-    RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
+    RowIdx ri = row_idx(c.in_d[0], dim, dim + 1);
     std::string cmp = greater ? ">" : "<";
     std::string b = "  float best = " + std::string(greater ? "-INFINITY" : "INFINITY") +
                     ";\n  long long bi = 0x7fffffffffffffffLL;\n";
@@ -180,9 +192,9 @@ void add_scan(std::map<std::string, OpDef>& lib, const char* name, bool product,
   };
   d.lower = [product, reverse](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
-    RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
-    int block = row_block(ri.len);
-    int64_t chunk = (ri.len + block - 1) / block;
+    RowIdx ri = row_idx(c.in_d[0], dim, dim + 1);
+    const int block = kRowBlock;
+    Dim chunk = (ri.len + (block - 1)) / block;
     std::string op = product ? "McProd()" : "McSum()", id = product ? "1.0" : "0.0";
     std::string comb = product ? "acc * v" : "acc + v";
     // element e of the row in scan order
@@ -224,7 +236,7 @@ void add_softmax(std::map<std::string, OpDef>& lib, const char* name, bool log) 
   };
   d.lower = [log](const LowerCtx& c) {
     int dim = norm_dim(c.n.p.at("dim").get<int64_t>(), c.in[0].shape.size());
-    RowIdx ri = row_idx(c.in[0].shape, dim, dim + 1);
+    RowIdx ri = row_idx(c.in_d[0], dim, dim + 1);
     std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
     std::string x = "a0[" + ri.at("row", "r") + "]";
     std::string b = "  float m = -INFINITY;\n  " + loop + " m = fmaxf(m, " + x + ");\n";
@@ -243,7 +255,7 @@ std::string normalize_body(const RowIdx& ri, const std::string& weight, const st
                            double eps, bool rms) {
   std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
   std::string x = "a0[" + ri.at("row", "r") + "]";
-  std::string L = std::to_string(ri.len) + ".0";
+  std::string L = dbl(ri.len);
   std::string e = dlit(eps);
   std::string b;
   if (rms) {
@@ -272,7 +284,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     OpDef d = row_op("LayerNorm", "norm");
     d.sample = [](Rng& rng, const std::vector<TensorType>& in) -> std::optional<nlohmann::json> {
       if (!float_rank(in, 2, 5)) return std::nullopt;
-      int k = in[0].shape.size() >= 3 && numel({in[0].shape.end() - 2, in[0].shape.end()}) <= 65536 && coin(rng, 0.3) ? 2 : 1;
+      int k = in[0].shape.size() >= 3 && numel(Shape(in[0].shape.end() - 2, in[0].shape.end())) <= 65536 && coin(rng, 0.3) ? 2 : 1;
       return nlohmann::json{{"dims", k}};
     };
     d.fresh = [](Rng& rng, Graph& g, int64_t budget) {
@@ -290,6 +302,10 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       Shape s = norm_shape(p, in[0].shape);
       return std::vector<StateTensor>{{"weight", s}, {"bias", s}};
     };
+    d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
+      Dims s(in[0].end() - p.at("dims").get<int>(), in[0].end());
+      return std::vector<Dims>{s, s};
+    };
     d.py_init = [norm_shape](const nlohmann::json& p, const std::vector<TensorType>& in) {
       Shape s = norm_shape(p, in[0].shape);
       return "nn.LayerNorm(" + (s.size() == 1 ? std::to_string(s[0]) : "(" + py_shape(s) + ")") + ")";
@@ -297,7 +313,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       int r = static_cast<int>(c.in[0].shape.size());
-      RowIdx ri = row_idx(c.in[0].shape, r - c.n.p.at("dims").get<int>(), r);
+      RowIdx ri = row_idx(c.in_d[0], r - c.n.p.at("dims").get<int>(), r);
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "s0[r]", "s1[r]", 1e-5, false));
     };
     lib[d.name] = d;
@@ -313,13 +329,14 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     d.state = [](const nlohmann::json&, const std::vector<TensorType>& in) {
       return std::vector<StateTensor>{{"weight", {in[0].shape.back()}}};
     };
+    d.state_dims = [](const nlohmann::json&, const std::vector<Dims>& in) { return std::vector<Dims>{{in[0].back()}}; };
     d.py_init = [](const nlohmann::json&, const std::vector<TensorType>& in) {
       return "nn.RMSNorm(" + std::to_string(in[0].shape.back()) + ", eps=1e-05)";
     };
     d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
       int r = static_cast<int>(c.in[0].shape.size());
-      RowIdx ri = row_idx(c.in[0].shape, r - 1, r);
+      RowIdx ri = row_idx(c.in_d[0], r - 1, r);
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "s0[r]", "", 1e-5, true));
     };
     lib[d.name] = d;
@@ -345,6 +362,10 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       return std::vector<StateTensor>{{"weight", c}, {"bias", c}, {"running_mean", c},
                                       {"running_var", c}, {"num_batches_tracked", {}, DType::kI64}};
     };
+    d.state_dims = [](const nlohmann::json&, const std::vector<Dims>& in) {
+      Dims c = {in[0][1]};
+      return std::vector<Dims>{c, c, c, c, {}};
+    };
     d.py_init = [](const nlohmann::json&, const std::vector<TensorType>& in) {
       size_t r = in[0].shape.size();
       std::string k = r <= 3 ? "1d" : r == 4 ? "2d" : "3d";
@@ -352,7 +373,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     };
     d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
-      RowIdx ri = channel_rows(c.in[0].shape);
+      RowIdx ri = channel_rows(c.in_d[0]);
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "s0[row]", "s1[row]", 1e-5, false));
     };
     lib[d.name] = d;
@@ -384,15 +405,19 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       Shape c = {in[0].shape[1]};
       return std::vector<StateTensor>{{"weight", c}, {"bias", c}};
     };
+    d.state_dims = [](const nlohmann::json&, const std::vector<Dims>& in) {
+      Dims c = {in[0][1]};
+      return std::vector<Dims>{c, c};
+    };
     d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
       return "nn.GroupNorm(" + std::to_string(p.at("groups").get<int64_t>()) + ", " + std::to_string(in[0].shape[1]) + ")";
     };
     d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
-      const Shape& s = c.in[0].shape;
-      int64_t g = c.n.p.at("groups").get<int64_t>(), sp = 1;
-      for (size_t i = 2; i < s.size(); ++i) sp *= s[i];
-      int64_t cpg = s[1] / g;
+      const Dims& s = c.in_d[0];
+      Dim g = c.n.p.at("groups").get<int64_t>(), sp = 1;
+      for (size_t i = 2; i < s.size(); ++i) sp = sp * s[i];
+      Dim cpg = s[1] / g;
       RowIdx ri = row_idx({s[0], g, cpg * sp}, 2, 3);
       std::string ch = "((row % " + lit(g) + ") * " + lit(cpg) + " + r / " + lit(sp) + ")";
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "s0[" + ch + "]", "s1[" + ch + "]", 1e-5, false));
@@ -416,7 +441,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
     };
     d.py_call = call_module;
     d.lower = [](const LowerCtx& c) {
-      RowIdx ri = row_idx(c.in[0].shape, 2, static_cast<int>(c.in[0].shape.size()));
+      RowIdx ri = row_idx(c.in_d[0], 2, static_cast<int>(c.in_d[0].size()));
       return row_kernel(ri.rows, ri.len, normalize_body(ri, "", "", 1e-5, false));
     };
     lib[d.name] = d;
@@ -436,7 +461,7 @@ void add_norms(std::map<std::string, OpDef>& lib) {
       return "F.normalize(" + a[0] + ", p=2.0, dim=1)";
     };
     d.lower = [](const LowerCtx& c) {
-      RowIdx ri = row_idx(c.in[0].shape, 1, 2);
+      RowIdx ri = row_idx(c.in_d[0], 1, 2);
       std::string loop = "for (long long r = threadIdx.x; r < " + lit(ri.len) + "; r += blockDim.x)";
       std::string x = "a0[" + ri.at("row", "r") + "]";
       std::string b = "  double q = 0.0;\n  " + loop + " { double v = " + x + "; q += v * v; }\n";
@@ -473,12 +498,12 @@ void add_pointwise_loss(std::map<std::string, OpDef>& lib, const char* name, con
   std::string t = term;
   bool batchmean = divisor_dim0 != 0;
   d.lower = [t, batchmean](const LowerCtx& c) {
-    int64_t n = numel(c.in[0].shape);
-    double div = batchmean ? static_cast<double>(c.in[0].shape[0]) : static_cast<double>(n);
+    Dim n = numel(c.in_d[0]);
+    Dim div = batchmean ? c.in_d[0][0] : n;
     std::string b = "  (void)row;\n  double acc = 0.0;\n";
     b += "  for (long long i = threadIdx.x; i < " + lit(n) + "; i += blockDim.x) {\n";
     b += "    const float a = a0[i], b = a1[i];\n    acc += " + t + ";\n  }\n";
-    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + std::to_string(div) + ");\n";
+    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + dbl(div) + ");\n";
     Kernel k = row_kernel(1, n, b);
     k.block = 1024;
     return k;
@@ -510,7 +535,7 @@ void add_row_loss(std::map<std::string, OpDef>& lib, const char* name, bool cros
     return "torch.mean(1 - F.cosine_similarity(" + a[0] + ", " + a[1] + ", dim=1))";
   };
   d.lower = [cross_entropy](const LowerCtx& c) {
-    int64_t n = c.in[0].shape[0], dd = c.in[0].shape[1];
+    Dim n = c.in_d[0][0], dd = c.in_d[0][1];
     std::string b = "  (void)row;\n  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n  double acc = 0.0;\n";
     b += "  for (long long i = warp; i < " + lit(n) + "; i += blockDim.x >> 5) {\n";
     b += "    const float* x = a0 + i * " + lit(dd) + ";\n";
@@ -525,7 +550,7 @@ void add_row_loss(std::map<std::string, OpDef>& lib, const char* name, bool cros
       b += "    xy = mc_warp_reduce(xy, McSum()); xx = mc_warp_reduce(xx, McSum()); yy = mc_warp_reduce(yy, McSum());\n";
       b += "    if (lane == 0) acc += 1.0 - xy / (fmax(sqrt(xx), 1e-8) * fmax(sqrt(yy), 1e-8));\n  }\n";
     }
-    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + std::to_string(n) + ".0);\n";
+    b += "  acc = mc_block_sum(acc);\n  if (threadIdx.x == 0) STORE(0, acc / " + dbl(n) + ");\n";
     Kernel k = row_kernel(1, n * 32, b);
     k.block = 1024;
     return k;

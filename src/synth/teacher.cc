@@ -6,6 +6,7 @@
 #include "synth/kernel_helpers.h"
 #include "synth/op_library.h"
 #include "synth/python_emitter.h"
+#include "synth/teacher_sizes.h"
 
 namespace mc::synth {
 namespace {
@@ -13,17 +14,17 @@ namespace {
 const char* ctype(DType t) { return t == DType::kF32 ? "float" : "long long"; }
 
 // Offset into an operand of shape `os`, broadcast against `out`, for output linear index `o`.
-std::string broadcast_offset(const Shape& os, const Shape& out, const std::string& o) {
-  Shape ost = strides_of(out), st = strides_of(os);
+std::string broadcast_offset(const Dims& os, const Dims& out, const std::string& o) {
+  Dims ost = strides_of(out), st = strides_of(os);
   size_t lead = out.size() - os.size();
   std::string e;
   for (size_t i = 0; i < os.size(); ++i) {
-    if (os[i] == 1) continue;
+    if (os[i].v() == 1) continue;
     size_t oi = i + lead;
     std::string coord = "((" + o + " / " + lit(ost[oi]) + ") % " + lit(out[oi]) + ")";
     e += (e.empty() ? "" : " + ") + coord + " * " + lit(st[i]);
   }
-  if (os == out) return o;
+  if (values(os) == values(out)) return o;
   return e.empty() ? "0" : e;
 }
 
@@ -42,11 +43,10 @@ struct Group {
 
 class Lowering {
  public:
-  Lowering(const Graph& g) : g_(g), uses_(g.uses()) {
+  Lowering(const Graph& g) : g_(g), sizes_(g), uses_(g.uses()) {
     auto st = g.state();
     for (size_t j = 0; j < st.size(); ++j) node_state_[st[j].first].push_back(static_cast<int>(g.inputs.size() + j));
     n_args_ = static_cast<int>(g.inputs.size() + st.size());
-    for (size_t j = 0; j < st.size(); ++j) state_types_.push_back(st[j].second);
   }
 
   void run() {
@@ -89,14 +89,14 @@ class Lowering {
   std::string state_ptr(int node, int k) const { return "ARG(" + std::to_string(node_state_.at(node).at(k)) + ")"; }
 
   // The value `v` as read inside an epilogue from output index `_o`.
-  std::string operand(int v, int cur, const Shape& out, std::vector<std::pair<std::string, DType>>& extra) {
+  std::string operand(int v, int cur, const Dims& out, std::vector<std::pair<std::string, DType>>& extra) {
     if (v == cur) return "_v";
     const Buffer& b = buf_.at(v);
     extra.push_back({b.expr, b.dtype});
-    return "e" + std::to_string(extra.size() - 1) + "[" + broadcast_offset(g_.values[v].shape, out, "_o") + "]";
+    return "e" + std::to_string(extra.size() - 1) + "[" + broadcast_offset(sizes_.value(v), out, "_o") + "]";
   }
 
-  std::string chain_code(const Group& gr, int start_value, const Shape& out,
+  std::string chain_code(const Group& gr, int start_value, const Dims& out,
                          std::vector<std::pair<std::string, DType>>& extra) {
     std::string code;
     int cur = start_value;
@@ -106,9 +106,9 @@ class Lowering {
       for (int a : m.args) ops.push_back(operand(a, cur, out, extra));
       size_t n_state = node_state_.count(ni) ? node_state_.at(ni).size() : 0;
       for (size_t k = 0; k < n_state; ++k) {
-        const StateTensor& st = state_types_[node_state_.at(ni)[k] - g_.inputs.size()];
+        const Dims& st = sizes_.state(node_state_.at(ni)[k] - static_cast<int>(g_.inputs.size()));
         extra.push_back({state_ptr(ni, static_cast<int>(k)), DType::kF32});
-        ops.push_back("e" + std::to_string(extra.size() - 1) + "[" + broadcast_offset(st.shape, out, "_o") + "]");
+        ops.push_back("e" + std::to_string(extra.size() - 1) + "[" + broadcast_offset(st, out, "_o") + "]");
       }
       code += " _v = " + op(m.op).cuda_expr(m.p, ops) + ";";
       cur = m.out;
@@ -122,6 +122,7 @@ class Lowering {
     const OpDef& d = op(n.op);
     std::string name = "k" + std::to_string(launches_.size());
     const TensorType& out_t = g_.values[gr.out_value];
+    const Dims& out_d = sizes_.value(gr.out_value);
     std::vector<std::pair<std::string, DType>> params;  // (host pointer, dtype) in kernel order
     std::vector<std::string> decl;
     std::vector<std::pair<std::string, DType>> extra;
@@ -130,12 +131,15 @@ class Lowering {
     if (d.kind == OpKind::kElementwise) {
       // The anchor itself becomes the first op of the chain, over a gather kernel.
       chain.chain.insert(chain.chain.begin(), gr.anchor);
-      std::string code = chain_code(chain, -1, out_t.shape, extra);
-      k = gather_kernel(out_t.shape, "    float _v = 0.0f; const long long _o = o;" + code + "\n    out[_o] = _v;\n");
+      std::string code = chain_code(chain, -1, out_d, extra);
+      k = gather_kernel(out_d, "    float _v = 0.0f; const long long _o = o;" + code + "\n    out[_o] = _v;\n");
     } else {
-      LowerCtx c{g_, n, {}, {}, g_.values[n.out]};
-      for (int a : n.args) c.in.push_back(g_.values[a]);
+      LowerCtx c{g_, n, {}, {}, g_.values[n.out], {}, {}, {}};
+      for (int a : n.args) c.in.push_back(g_.values[a]), c.in_d.push_back(sizes_.value(a));
       if (d.state) c.state = d.state(n.p, c.in);
+      if (node_state_.count(gr.anchor))
+        for (int j : node_state_.at(gr.anchor)) c.state_d.push_back(sizes_.state(j - static_cast<int>(g_.inputs.size())));
+      c.out_d = sizes_.value(n.out);
       k = d.lower(c);
       for (size_t a = 0; a < n.args.size(); ++a) {
         const Buffer& b = buf_.at(n.args[a]);
@@ -146,7 +150,7 @@ class Lowering {
         decl.push_back("const " + std::string(ctype(c.state[s].dtype)) + "* __restrict__ s" + std::to_string(s));
         params.push_back({state_ptr(gr.anchor, static_cast<int>(s)), c.state[s].dtype});
       }
-      std::string code = chain_code(gr, n.out, out_t.shape, extra);
+      std::string code = chain_code(gr, n.out, out_d, extra);
       std::string store = out_t.dtype == DType::kF32
                               ? "#define STORE(o_, v_) do { const long long _o = (o_); float _v = (v_);" + code + " out[_o] = _v; } while (0)\n"
                               : "#define STORE(o_, v_) do { const long long _o = (o_); out[_o] = (v_); } while (0)\n";
@@ -163,7 +167,7 @@ class Lowering {
       out_expr = "OUT";
     } else {
       out_expr = "tmp" + std::to_string(temps_.size());
-      temps_.push_back({out_expr, out_t});
+      temps_.push_back({out_expr, gr.out_value});
     }
     buf_[gr.out_value] = {out_expr, out_t.dtype};
     std::string sig;
@@ -176,21 +180,19 @@ class Lowering {
   }
 
   const Graph& g_;
+  TeacherSizes sizes_;
   std::vector<int> uses_;
   std::map<int, std::vector<int>> node_state_;  // node -> argument indices of its state
-  std::vector<StateTensor> state_types_;
   int n_args_ = 0;
   std::map<int, Buffer> buf_;
-  std::vector<std::pair<std::string, TensorType>> temps_;
+  std::vector<std::pair<std::string, int>> temps_;  // (name, value id)
   std::string kernels_;
   std::vector<std::string> launches_;
   int fused_ = 0;
   bool final_copy_ = false;
 };
 
-std::string numel_bytes(const TensorType& t) {
-  return std::to_string(std::max<int64_t>(1, numel(t.shape)) * (t.dtype == DType::kF32 ? 4 : 8));
-}
+std::string numel_bytes(const Dims& d, DType t) { return (numel(d) * Dim(t == DType::kF32 ? 4 : 8)).bare(); }
 
 TeacherSolution Lowering::finish(const std::string& module_name) {
   const TensorType& out_t = g_.values[g_.output];
@@ -198,8 +200,17 @@ TeacherSolution Lowering::finish(const std::string& module_name) {
   for (auto& l : launches_) body += l;
   std::string copy;
   if (final_copy_)
-    copy = "  cudaMemcpyAsync(OUT, " + buf_.at(g_.output).expr + ", " + numel_bytes(out_t) +
+    copy = "  cudaMemcpyAsync(OUT, " + buf_.at(g_.output).expr + ", " + numel_bytes(sizes_.value(g_.output), out_t.dtype) +
            ", cudaMemcpyDeviceToDevice, stream);\n";
+
+  // The named sizes this source uses (teacher_sizes.h), for the kernels and the host code of
+  // both formats.
+  std::string host = body + copy;
+  for (auto& [name, v] : temps_)
+    for (auto& x : sizes_.value(v)) host += " " + x.bare();
+  for (auto& x : sizes_.value(g_.output)) host += " " + x.bare();
+  std::string consts = sizes_.constants(kernels_ + host);
+  if (!consts.empty()) consts += "\n";
 
   TeacherSolution s;
   s.kernels = static_cast<int>(launches_.size());
@@ -207,36 +218,37 @@ TeacherSolution Lowering::finish(const std::string& module_name) {
 
   // ---- native format -----------------------------------------------------------------------
   std::string nat = "// Built-in teacher solution (native format): " + g_.title() + "\n";
-  nat += "#include \"musacoder/native_abi.h\"\n" + teacher_prelude(kernels_) + "\n" + kernels_;
+  nat += "#include \"musacoder/native_abi.h\"\n" + teacher_prelude(kernels_) + "\n" + consts + kernels_;
   nat += "extern \"C\" int mc_forward(const mc_tensor* inputs, int n_inputs, mc_tensor* outputs, int n_outputs,\n"
          "                           cudaStream_t stream) {\n";
   nat += "  if (n_inputs != " + std::to_string(n_args_) + " || n_outputs != 1) return 1;\n";
   nat += "#define ARG(i) (inputs[i].data)\n  void* OUT = outputs[0].data;\n";
-  for (auto& [name, t] : temps_)
-    nat += "  void* " + name + " = nullptr;\n  if (cudaMallocAsync(&" + name + ", " + numel_bytes(t) + ", stream) != cudaSuccess) return 2;\n";
+  for (auto& [name, v] : temps_)
+    nat += "  void* " + name + " = nullptr;\n  if (cudaMallocAsync(&" + name + ", " + numel_bytes(sizes_.value(v), g_.values[v].dtype) +
+           ", stream) != cudaSuccess) return 2;\n";
   nat += body + copy;
-  for (auto& [name, t] : temps_) nat += "  cudaFreeAsync(" + name + ", stream);\n";
+  for (auto& [name, v] : temps_) nat += "  cudaFreeAsync(" + name + ", stream);\n";
   nat += "#undef ARG\n  return cudaGetLastError() == cudaSuccess ? 0 : 3;\n}\n";
   s.native_cu = nat;
 
   // ---- KernelBench format --------------------------------------------------------------------
   auto torch_dtype = [](DType t) { return t == DType::kF32 ? "torch::kFloat32" : "torch::kInt64"; };
-  auto shape_list = [](const Shape& sh) {
+  auto shape_list = [](const Dims& sh) {
     std::string r = "{";
-    for (size_t i = 0; i < sh.size(); ++i) r += (i ? ", " : "") + std::to_string(sh[i]);
+    for (size_t i = 0; i < sh.size(); ++i) r += (i ? ", " : "") + sh[i].bare();
     return r + "}";
   };
   std::string cu = "#include <torch/extension.h>\n#include <ATen/cuda/CUDAContext.h>\n#include <vector>\n";
-  cu += teacher_prelude(kernels_) + "\n" + kernels_;
+  cu += teacher_prelude(kernels_) + "\n" + consts + kernels_;
   cu += "torch::Tensor forward(std::vector<torch::Tensor> ins) {\n";
   cu += "  TORCH_CHECK(ins.size() == " + std::to_string(n_args_) + ", \"expected " + std::to_string(n_args_) + " tensors\");\n";
   cu += "  for (auto& t : ins) TORCH_CHECK(t.is_contiguous(), \"inputs must be contiguous\");\n";
   cu += "  cudaStream_t stream = at::cuda::getCurrentCUDAStream();\n";
   cu += "  auto opts = ins[0].options();\n";
-  cu += "  torch::Tensor out_t = torch::empty(" + shape_list(out_t.shape) + ", opts.dtype(" + torch_dtype(out_t.dtype) + "));\n";
+  cu += "  torch::Tensor out_t = torch::empty(" + shape_list(sizes_.value(g_.output)) + ", opts.dtype(" + torch_dtype(out_t.dtype) + "));\n";
   cu += "  void* OUT = out_t.data_ptr();\n#define ARG(i) (ins[i].data_ptr())\n";
-  for (auto& [name, t] : temps_)
-    cu += "  torch::Tensor " + name + "_t = torch::empty(" + shape_list(t.shape) + ", opts.dtype(" + torch_dtype(t.dtype) +
+  for (auto& [name, v] : temps_)
+    cu += "  torch::Tensor " + name + "_t = torch::empty(" + shape_list(sizes_.value(v)) + ", opts.dtype(" + torch_dtype(g_.values[v].dtype) +
           "));\n  void* " + name + " = " + name + "_t.data_ptr();\n";
   cu += body + copy + "#undef ARG\n  return out_t;\n}\n";
 

@@ -5,6 +5,10 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
+#include <optional>
+#include <random>
+#include <sstream>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -24,6 +28,7 @@
 #include "synth/prompt.h"
 #include "synth/synthesizer.h"
 #include "synth/task_set.h"
+#include "synth/dim.h"
 #include "synth/teacher.h"
 #include "test_util.h"
 
@@ -192,6 +197,158 @@ TEST(Teacher, SourcesCarryOnlyTheHelpersTheyCall) {
   std::string relu = lower_graph(only_op("ReLU", 0), "t").native_cu;
   EXPECT_NE(relu.find("#include <cuda_runtime.h>"), std::string::npos);
   EXPECT_NE(relu.find("#include <math.h>"), std::string::npos);
+}
+
+namespace {
+
+// Evaluates the C++ integer expressions dim.h writes (names, NNLL literals, + - * / %, parentheses)
+// as C++ does, names from `env`.
+int64_t eval_expr(const std::string& s, const std::map<std::string, int64_t>& env) {
+  size_t i = 0;
+  auto skip = [&] { while (i < s.size() && s[i] == ' ') ++i; };
+  std::function<int64_t()> sum, atom;
+  atom = [&]() -> int64_t {
+    skip();
+    if (s[i] == '-') {
+      ++i;
+      return -atom();
+    }
+    if (s[i] == '(') {
+      ++i;
+      int64_t v = sum();
+      skip();
+      EXPECT_EQ(s[i], ')') << s;
+      ++i;
+      return v;
+    }
+    size_t j = i;
+    while (j < s.size() && (std::isalnum(static_cast<unsigned char>(s[j])) || s[j] == '_')) ++j;
+    std::string tok = s.substr(i, j - i);
+    i = j;
+    if (std::isdigit(static_cast<unsigned char>(tok[0]))) return std::stoll(tok);
+    EXPECT_TRUE(env.count(tok)) << tok << " in " << s;
+    return env.count(tok) ? env.at(tok) : 0;
+  };
+  auto product = [&]() -> int64_t {
+    int64_t v = atom();
+    for (skip(); i < s.size() && (s[i] == '*' || s[i] == '/' || s[i] == '%'); skip()) {
+      char op = s[i++];
+      int64_t w = atom();
+      v = op == '*' ? v * w : op == '/' ? v / w : v % w;
+    }
+    return v;
+  };
+  sum = [&]() -> int64_t {
+    int64_t v = product();
+    for (skip(); i < s.size() && (s[i] == '+' || s[i] == '-'); skip()) {
+      char op = s[i++];
+      int64_t w = product();
+      v = op == '+' ? v + w : v - w;
+    }
+    return v;
+  };
+  int64_t v = sum();
+  EXPECT_EQ(i, s.size()) << s;
+  return v;
+}
+
+}  // namespace
+
+// Random arithmetic over named sizes and literals: every expression, as an operand (str) and on
+// its own (bare), evaluates in C++ to the value Dim carries.
+TEST(Dim, ExpressionsEvaluateToTheirValues) {
+  std::mt19937_64 rng(5);
+  std::map<std::string, int64_t> env = {{"A", 7}, {"B", 12}, {"C", 3}, {"D", 40}};
+  std::vector<Dim> pool;
+  for (auto& [n, v] : env) pool.push_back(Dim::named(v, n));
+  for (int64_t v : {1, 2, 5, -3}) pool.push_back(Dim(v));
+  for (int step = 0; step < 4000; ++step) {
+    const Dim& a = pool[rng() % pool.size()];
+    const Dim& b = pool[rng() % pool.size()];
+    Dim r;
+    switch (rng() % 5) {
+      case 0: r = a * b; break;
+      case 1: r = a + b; break;
+      case 2: r = a - b; break;
+      case 3: if (b.v() == 0) continue; r = a / b; break;
+      default: if (b.v() == 0) continue; r = a % b; break;
+    }
+    if (std::llabs(r.v()) > (int64_t{1} << 40)) continue;
+    ASSERT_EQ(eval_expr(r.str(), env), r.v()) << r.str();
+    ASSERT_EQ(eval_expr(r.bare(), env), r.v()) << r.bare();
+    ASSERT_EQ(eval_expr("2 * " + r.str() + " % 7", env), 2 * r.v() % 7) << r.str();
+    if (pool.size() < 400) pool.push_back(r);
+  }
+  EXPECT_EQ((Dim::named(9, "X0_2") + Dim(-3) + Dim(1)).bare(), "X0_2 - 2LL");  // offsets fold
+  EXPECT_EQ((Dim::named(9, "A") * Dim(1)).bare(), "A");
+}
+
+namespace {
+
+// The same graph at other sizes: every size v > 1 becomes v + 32 (one to one, so equal sizes
+// stay equal; divisibility by the groups the ops use is kept).
+std::optional<Graph> resized(const Graph& g) {
+  Graph r;
+  r.level = g.level;
+  for (auto in : g.inputs) {
+    for (auto& d : in.type.shape) d = d > 1 ? d + 32 : d;
+    r.add_input(in);
+  }
+  try {
+    for (const Node& n : g.nodes) r.add_node({n.op, n.args, n.p});
+  } catch (const mc::Error&) {
+    // A parameter tied to the old sizes: a reshape's target, or a residual block whose module
+    // arguments repeat the input's channels.
+    return std::nullopt;
+  }
+  r.output = g.output;
+  return r;
+}
+
+std::string without_constants(const std::string& src) {
+  std::string out, line;
+  std::istringstream in(src);
+  while (std::getline(in, line))
+    if (line.rfind("constexpr long long ", 0) != 0) out += line + "\n";
+  return out;
+}
+
+}  // namespace
+
+// A teacher solution spells its sizes through the constants block at its top: the same problem at
+// other sizes gets the same source but for that block (and, in the KernelBench format, the module
+// arguments ModelNew repeats from the problem), and the block names each input's dims in order.
+TEST(Teacher, SolutionsDifferOnlyInTheirSizesBlock) {
+  std::vector<Graph> graphs;
+  for (const auto& [name, d] : op_library())
+    if (d.fresh) graphs.push_back(only_op(name, 0));
+  size_t single = graphs.size();
+  Generator gen({}, 21);
+  for (int level = 2; level <= 3; ++level)
+    for (uint64_t i = 0; i < 12; ++i) graphs.push_back(gen.make(level, i));
+  size_t compared = 0;
+  for (size_t i = 0; i < graphs.size(); ++i) {
+    const Graph& g = graphs[i];
+    auto r = resized(g);
+    EXPECT_TRUE(r || i >= single) << g.title();  // every single op takes any size
+    if (!r) continue;
+    ++compared;
+    TeacherSolution a = lower_graph(g, "t"), b = lower_graph(*r, "t");
+    EXPECT_NE(a.native_cu, b.native_cu) << g.title();
+    EXPECT_EQ(without_constants(a.native_cu), without_constants(b.native_cu)) << g.title();
+    // ModelNew's constructor repeats the problem's module arguments (nn.Conv2d(64, 128, 3)).
+    auto cuda_part = [](const std::string& py) { return without_constants(py.substr(0, py.find("class ModelNew"))); };
+    EXPECT_EQ(cuda_part(a.kernelbench_py), cuda_part(b.kernelbench_py)) << g.title();
+  }
+  EXPECT_GE(compared, single + 12);
+
+  Graph g;
+  int x = add_float_input(g, {31, 472, 32});
+  g.add_node({"Mean", {x}, {{"dim", 0}, {"keepdim", false}}});
+  g.output = g.nodes.back().out;
+  std::string src = lower_graph(g, "t").native_cu;
+  EXPECT_NE(src.find("constexpr long long X0_0 = 31, X0_1 = 472, X0_2 = 32;\n"), std::string::npos) << src;
+  EXPECT_EQ(src.find("15104"), std::string::npos) << src;  // 472 * 32, spelled X0_1 * X0_2
 }
 
 TEST(Teacher, KernelBenchSolutionPassesStaticLegalityAndFusesEpilogues) {
