@@ -134,8 +134,9 @@ void add_param_binary(std::map<std::string, OpDef>& lib, const char* name, const
   d.family = "elementwise";
   d.kind = OpKind::kElementwise;
   d.arity = 1;
-  auto param_shape = [](const nlohmann::json& p, const Shape& x) {
-    Shape s;
+  // Shape (the values) or Dims (as the teacher spells them).
+  auto param_shape = [](const nlohmann::json& p, const auto& x) {
+    std::decay_t<decltype(x)> s;
     if (p.value("per", "channel") == "channel" && x.size() >= 3) {
       s.push_back(x[1]);
       for (size_t i = 2; i < x.size(); ++i) s.push_back(1);
@@ -159,16 +160,8 @@ void add_param_binary(std::map<std::string, OpDef>& lib, const char* name, const
   d.state = [param_shape](const nlohmann::json& p, const std::vector<TensorType>& in) {
     return std::vector<StateTensor>{{"", param_shape(p, in[0].shape)}};
   };
-  d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
-    const Dims& x = in[0];
-    Dims s;
-    if (p.value("per", "channel") == "channel" && x.size() >= 3) {
-      s.push_back(x[1]);
-      for (size_t i = 2; i < x.size(); ++i) s.push_back(1);
-    } else {
-      s.push_back(x.back());
-    }
-    return std::vector<Dims>{s};
+  d.state_dims = [param_shape](const nlohmann::json& p, const std::vector<Dims>& in) {
+    return std::vector<Dims>{param_shape(p, in[0])};
   };
   d.py_init = [param_shape](const nlohmann::json& p, const std::vector<TensorType>& in) {
     return "nn.Parameter(torch.randn(" + py_shape(param_shape(p, in[0].shape)) + "))";
