@@ -45,7 +45,7 @@ class Dim {
 
 using Dims = std::vector<Dim>;
 
-Dims literal_dims(const std::vector<int64_t>& shape);
+Dims literal_dims(const std::vector<int64_t>& shape);  // a shape's values as literals
 std::vector<int64_t> values(const Dims& d);
 Dims strides_of(const Dims& d);  // contiguous strides
 Dim numel(const Dims& d);        // 1 for rank 0

@@ -61,34 +61,10 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     int x = add_float_input(g, s);
     return std::make_pair(std::vector<int>{x}, params(rng, cin));
   };
-  d.infer = [nd, transposed, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(in[0].dtype == DType::kF32 && static_cast<int>(in[0].shape.size()) == nd + 2, name,
-             " needs a float [N, C, ", nd, " spatial dims] input, got ", shape_str(in[0].shape));
-    int64_t groups = p.value("groups", 1);
-    MC_CHECK(in[0].shape[1] % groups == 0 && p.at("out").get<int64_t>() % groups == 0, name, ": channels vs groups");
-    auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1),
-         op = vec(p, "out_pad", nd, 0);
-    Shape s = {in[0].shape[0], p.at("out").get<int64_t>()};
-    for (int i = 0; i < nd; ++i) {
-      int64_t x = in[0].shape[2 + i];
-      int64_t o = transposed ? (x - 1) * st[i] - 2 * pad[i] + dil[i] * (k[i] - 1) + op[i] + 1
-                             : (x + 2 * pad[i] - dil[i] * (k[i] - 1) - 1) / st[i] + 1;
-      MC_CHECK(o > 0, name, ": kernel larger than the padded input");
-      s.push_back(o);
-    }
-    return TensorType{s, DType::kF32};
-  };
-  d.state = [nd, transposed](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    int64_t cin = in[0].shape[1], cout = p.at("out").get<int64_t>(), g = p.value("groups", 1);
-    Shape w = transposed ? Shape{cin, cout / g} : Shape{cout, cin / g};
-    for (auto k : vec(p, "k", nd, 1)) w.push_back(k);
-    std::vector<StateTensor> s = {{"weight", w}};
-    if (p.value("bias", true)) s.push_back({"bias", {cout}});
-    return s;
-  };
-  // The same as the kernel text spells them: out_channels and the kernel size stay the literals
-  // of the module's arguments, the spatial sizes are arithmetic on the input's.
-  d.infer_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
+  // The output's and the weight's sizes, on values (infer, state) or as the kernel text spells
+  // them (dim.h): out_channels and the kernel size stay the literals of the module's arguments,
+  // the spatial sizes are arithmetic on the input's.
+  auto out_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
     auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1),
          op = vec(p, "out_pad", nd, 0);
     Dims s = {in[0][0], Dim(p.at("out").get<int64_t>())};
@@ -99,7 +75,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     }
     return s;
   };
-  d.state_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
+  auto state_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dim cin = in[0][1], cout = p.at("out").get<int64_t>(), g = p.value("groups", int64_t{1});
     Dims w = transposed ? Dims{cin, cout / g} : Dims{cout, cin / g};
     for (auto k : vec(p, "k", nd, 1)) w.push_back(k);
@@ -107,6 +83,23 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     if (p.value("bias", true)) s.push_back({cout});
     return s;
   };
+  d.infer = [nd, out_dims, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(in[0].dtype == DType::kF32 && static_cast<int>(in[0].shape.size()) == nd + 2, name,
+             " needs a float [N, C, ", nd, " spatial dims] input, got ", shape_str(in[0].shape));
+    int64_t groups = p.value("groups", 1);
+    MC_CHECK(in[0].shape[1] % groups == 0 && p.at("out").get<int64_t>() % groups == 0, name, ": channels vs groups");
+    Shape s = values(out_dims(p, {literal_dims(in[0].shape)}));
+    for (int i = 0; i < nd; ++i) MC_CHECK(s[2 + i] > 0, name, ": kernel larger than the padded input");
+    return TensorType{s, DType::kF32};
+  };
+  d.state = [state_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    auto w = state_dims(p, {literal_dims(in[0].shape)});
+    std::vector<StateTensor> s = {{"weight", values(w[0])}};
+    if (w.size() > 1) s.push_back({"bias", values(w[1])});
+    return s;
+  };
+  d.infer_dims = out_dims;
+  d.state_dims = state_dims;
   d.py_init = [nd, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
     std::string s = "nn." + name + "(" + std::to_string(in[0].shape[1]) + ", " + std::to_string(p.at("out").get<int64_t>()) +
                     ", " + tuple_or_int(vec(p, "k", nd, 1));
@@ -193,25 +186,23 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
     int x = add_float_input(g, s);
     return std::make_pair(std::vector<int>{x}, params(rng, s));
   };
-  d.infer = [nd, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(in[0].dtype == DType::kF32 && static_cast<int>(in[0].shape.size()) == nd + 2, name, " needs [N, C, ",
-             nd, " spatial dims]");
-    int64_t k = p.at("k"), st = p.at("stride"), pad = p.value("pad", 0);
-    MC_CHECK(2 * pad <= k, name, ": padding must be at most half the kernel");
-    Shape s = {in[0].shape[0], in[0].shape[1]};
-    for (int i = 0; i < nd; ++i) {
-      int64_t o = (in[0].shape[2 + i] + 2 * pad - k) / st + 1;
-      MC_CHECK(o > 0, name, ": window larger than the input");
-      s.push_back(o);
-    }
-    return TensorType{s, DType::kF32};
-  };
-  d.infer_dims = [nd](const nlohmann::json& p, const std::vector<Dims>& in) {
+  // The output's sizes, on values (infer) or as the kernel text spells them (dim.h).
+  auto out_dims = [nd](const nlohmann::json& p, const std::vector<Dims>& in) {
     int64_t k = p.at("k"), st = p.at("stride"), pad = p.value("pad", 0);
     Dims s = {in[0][0], in[0][1]};
     for (int i = 0; i < nd; ++i) s.push_back((in[0][2 + i] + (2 * pad - k)) / st + 1);
     return s;
   };
+  d.infer = [nd, out_dims, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(in[0].dtype == DType::kF32 && static_cast<int>(in[0].shape.size()) == nd + 2, name, " needs [N, C, ",
+             nd, " spatial dims]");
+    int64_t k = p.at("k"), pad = p.value("pad", 0);
+    MC_CHECK(2 * pad <= k, name, ": padding must be at most half the kernel");
+    Shape s = values(out_dims(p, {literal_dims(in[0].shape)}));
+    for (int i = 0; i < nd; ++i) MC_CHECK(s[2 + i] > 0, name, ": window larger than the input");
+    return TensorType{s, DType::kF32};
+  };
+  d.infer_dims = out_dims;
   d.py_init = [name = d.name](const nlohmann::json& p, const std::vector<TensorType>&) {
     std::string s = "nn." + name + "(kernel_size=" + std::to_string(p.at("k").get<int64_t>()) +
                     ", stride=" + std::to_string(p.at("stride").get<int64_t>());
