@@ -3,7 +3,8 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small / rl-small / recipe take several slices, bench-model needs the small model and port-roundtrip
+#   2+ GPUs, and rft-small / rl-small / recipe take several slices, bench-model needs the small model, eval needs
+#   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -155,6 +156,21 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         tests/cases/gpu/honest tests/cases/gpu/native tests/cases/gpu/variants tests/cases/hacks tests/cases/faults \
         > "$OUT/port-roundtrip.log" 2>&1 || rc=1
       tail -40 "$OUT/port-roundtrip.log" ;;
+    eval)
+      # MooreEval over given problems and solutions: EVAL_PROBLEMS, EVAL_SOLUTIONS (folders
+      # carried in .kb), EVAL_ARGS. Once per harness folder in EVAL_HARNESS (default: this
+      # tree's python/), each with its own cache, so an older harness can be compared with this
+      # one on the same machine in the same call. Rows: $OUT/eval-N.jsonl, N counting from 1.
+      n=0
+      for hd in ${EVAL_HARNESS:-$PWD/python}; do
+        n=$((n + 1))
+        echo "eval $n: harness $hd"
+        # shellcheck disable=SC2086
+        MUSACODER_HARNESS_DIR=$hd "$BIN" eval --problems "$EVAL_PROBLEMS" --solutions "$EVAL_SOLUTIONS" \
+          --cache-dir "/tmp/eval-cache-$n" --out "$OUT/eval-$n.jsonl" --no-progress ${EVAL_ARGS:-} \
+          > "$OUT/eval-$n.log" 2>&1 || rc=1
+        grep -v "^judge:" "$OUT/eval-$n.log" | tail -25
+      done ;;
     recipe)
       # The one-GPU recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
       # RECIPE_RUN: the run folder (default /tmp/recipe-run: it survives while the machine stays

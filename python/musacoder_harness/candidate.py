@@ -58,6 +58,7 @@ class Candidate:
         self.format = None
         self.compile_path = "pool"
         self.held = None
+        self.timing_sets = None  # (descriptors, opened input sets): the timing phase's inputs
         self.prepare = None  # native format: per-call setup kept out of the timed region
         from .legality import ThreadStarts
         self.thread_starts = ThreadStarts()  # installed before any candidate code runs
@@ -314,26 +315,38 @@ class Candidate:
         return {"op": "ran", "outputs": descs, "legality": report, "params_loaded": params_loaded,
                 "tuple": isinstance(out, (tuple, list)), "parts_s": parts}
 
+    def _open_timing_sets(self, descs):
+        """(input sets, seconds spent opening them). The timing phase's sets are opened once,
+        at warm-up, and the pilot and timed runs that name the same descriptors reuse them:
+        the judge's wall clock of a timed run bounds the candidate's claimed times, and opening
+        CUDA IPC handles is a fixed cost outside any iteration (a median 6.5 ms and up to 49 ms
+        per trial's inputs on the H100). Paid inside a run of 10 tiny-kernel iterations, it
+        made 11 of 400 honest teacher kernels read as forged clocks."""
+        from .transport import open_value
+        if self.timing_sets is not None and self.timing_sets[0] == descs:
+            return self.timing_sets[1], 0.0
+        t0 = time.monotonic()
+        sets = [[open_value(d, self.share_dir) for d in s] for s in descs]
+        self.timing_sets = (descs, sets)
+        return sets, time.monotonic() - t0
+
     def warmup(self, msg):
         from .timing import warm_up
-        from .transport import open_value
-        sets = [[open_value(d, self.share_dir) for d in s] for s in msg["input_sets"]]
+        sets, opened_s = self._open_timing_sets(msg["input_sets"])
         with self.torch.no_grad():
             warm_up(self.model, sets, self.device, int(msg.get("iters", 3)))
-        self.held = sets
-        return {"op": "warm"}
+        return {"op": "warm", "open_s": opened_s}
 
     def time(self, msg, out_fd):
         from .compare import flatten_outputs
         from .timing import time_iterations
-        from .transport import open_value
-        sets = [[open_value(d, self.share_dir) for d in s] for s in msg["input_sets"]]
+        sets, opened_s = self._open_timing_sets(msg["input_sets"])
         with self.torch.no_grad():
             times, last = time_iterations(self.model, sets, self.device, self.flusher,
                                           int(msg["iters"]), prepare=self.prepare)
-        protocol.send(out_fd, {"op": "timed", "times_us": times})
+        protocol.send(out_fd, {"op": "timed", "times_us": times, "open_s": opened_s})
         descs = [[self._describe_output(o) for o in flatten_outputs(l)] for l in last]
-        self.held = (sets, last)
+        self.held = last
         return {"op": "timed_outputs", "outputs": descs}
 
     def calibrate(self, msg):

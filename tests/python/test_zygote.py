@@ -126,3 +126,38 @@ def test_forked_candidates_die_with_the_zygote(tmp_path):
         except (ProcessLookupError, UnboundLocalError, PermissionError):
             pass
         z.close()
+
+
+def test_timing_inputs_are_opened_once_and_reused_by_the_pilot_and_timed_runs(zygote, tmp_path):
+    """The judge's wall clock of a timed run bounds the candidate's claimed times, so the run
+    must not pay for opening its inputs: the candidate opens them at warm-up and reuses them
+    while the judge names the same sets; other sets are opened afresh."""
+    import torch
+    from musacoder_harness.transport import describe_value, open_tensor
+    solution = tmp_path / "solution.py"
+    solution.write_text("import torch\n"
+                        "class ModelNew(torch.nn.Module):\n"
+                        "    def forward(self, x):\n"
+                        "        return x + 1\n")
+    scratch = tmp_path / "cand-t"
+    c = ForkedCandidateProc(zygote, str(scratch), 120)
+    c.wait_ready(120)
+    assert c.request({"op": "load", "format": "kernelbench", "dtype": "torch.float32", "seed": 1,
+                      "solution_path": str(solution), "artifacts": {}, "init_inputs": []}, 120)["op"] == "loaded"
+    xs = [torch.rand(64), torch.rand(64)]
+    sets = [[describe_value(x, str(scratch))] for x in xs]
+
+    def timed(descs):
+        rep = c.request({"op": "time", "input_sets": descs, "iters": 4}, 60)
+        outs = c.recv(60)
+        c.send({"op": "release"})
+        return rep, [open_tensor(d[0], str(scratch)).clone() for d in outs["outputs"]]
+    warm = c.request({"op": "warmup", "input_sets": sets}, 60)
+    assert warm["op"] == "warm" and warm["open_s"] > 0
+    for _ in range(2):  # the pilot, then the timed run
+        rep, outs = timed(sets)
+        assert rep["op"] == "timed" and len(rep["times_us"]) == 4 and rep["open_s"] == 0
+        assert all(torch.equal(o, x + 1) for o, x in zip(outs, xs))
+    other = [[describe_value(torch.rand(64), str(scratch))]]
+    assert timed(other)[0]["open_s"] > 0
+    c.kill()
