@@ -1,6 +1,7 @@
 #include "eval/candidates.h"
 
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -81,26 +82,38 @@ std::vector<Candidate> load_candidates(const std::string& path,
   MC_CHECK(fs::exists(path), "solutions not found: ", path);
   if (fs::is_directory(path)) {
     static const std::regex kb_run(R"(level_(\d+)_problem_(\d+)_sample_(\d+))");
-    std::vector<fs::path> entries;
-    for (const auto& e : fs::directory_iterator(path)) entries.push_back(e.path());
-    std::sort(entries.begin(), entries.end());
-    for (const auto& e : entries) {
-      std::string stem = e.stem().string();
-      if (fs::is_directory(e)) {  // <stem>/<sample>.<ext>
-        std::vector<fs::path> files;
-        for (const auto& f : fs::directory_iterator(e))
-          if (f.is_regular_file() && is_solution_file(f.path())) files.push_back(f.path());
-        std::sort(files.begin(), files.end());
-        for (const auto& f : files) out.push_back(from_file(f, e.filename().string(), 0, f.stem().string(), index));
-        continue;
+    static const std::regex level_dir(R"(level_?(\d+))");
+    auto sorted = [](const fs::path& dir) {
+      std::vector<fs::path> v;
+      for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path());
+      std::sort(v.begin(), v.end());
+      return v;
+    };
+    // <stem>.<ext>, <stem>/<sample>.<ext> or KernelBench's run names, at the top or inside a
+    // level folder (level1/, level_1/: the layout of KernelBench and of `musacoder synth`).
+    std::function<void(const fs::path&, int)> scan = [&](const fs::path& dir, int level) {
+      for (const auto& e : sorted(dir)) {
+        std::string stem = e.stem().string();
+        std::smatch m;
+        if (fs::is_directory(e)) {
+          std::string name = e.filename().string();
+          if (level == 0 && std::regex_match(name, m, level_dir)) {
+            scan(e, std::stoi(m[1].str()));
+            continue;
+          }
+          for (const auto& f : sorted(e))
+            if (fs::is_regular_file(f) && is_solution_file(f))
+              out.push_back(from_file(f, name, level, f.stem().string(), index));
+          continue;
+        }
+        if (!is_solution_file(e)) continue;
+        if (std::regex_search(stem, m, kb_run))
+          out.push_back(from_file(e, m[2].str(), std::stoi(m[1].str()), m[3].str(), index));
+        else
+          out.push_back(from_file(e, stem, level, "0", index));
       }
-      if (!is_solution_file(e)) continue;
-      std::smatch m;
-      if (std::regex_search(stem, m, kb_run))
-        out.push_back(from_file(e, m[2].str(), std::stoi(m[1].str()), m[3].str(), index));
-      else
-        out.push_back(from_file(e, stem, 0, "0", index));
-    }
+    };
+    scan(path, 0);
     MC_CHECK(!out.empty(), "no solution files (*.py, *.cu, *.md, *.txt) in ", path);
     return out;
   }

@@ -78,3 +78,18 @@ TEST(Candidates, FolderNamingSchemes) {
   EXPECT_EQ(by_problem["1_Add"], "4");
   EXPECT_EQ(by_problem["3_Softmax"], "7");
 }
+
+TEST(Candidates, LevelFoldersAsKernelBenchAndSynthLayThemOut) {
+  auto probs = load_problems(mc::test::cases_dir() + "/problems");
+  mc::TempDir dir;
+  mc::fs::create_directories(dir.path() / "level1");
+  mc::write_file_atomic(dir.path() / "level1" / "2_ReLU.cu", "a");
+  mc::fs::create_directories(dir.path() / "level_1" / "3_Softmax");
+  mc::write_file_atomic(dir.path() / "level_1" / "3_Softmax" / "5.py", "b");
+  auto c = load_candidates(dir.path().string(), probs);
+  ASSERT_EQ(c.size(), 2u);
+  ASSERT_TRUE(c[0].problem && c[1].problem) << c[0].input_error << c[1].input_error;
+  EXPECT_EQ(c[0].problem->stem, "2_ReLU");
+  EXPECT_EQ(c[1].problem->stem, "3_Softmax");
+  EXPECT_EQ(c[1].sample_id, "5");
+}
