@@ -159,7 +159,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
     eval)
       # MooreEval over given problems and solutions: EVAL_PROBLEMS, EVAL_SOLUTIONS (folders
       # carried in .kb), EVAL_ARGS. Once per harness folder in EVAL_HARNESS (default: this
-      # tree's python/), each with its own cache, so an older harness can be compared with this
+      # tree's python/), each with its own cache (EVAL_CACHE: one for all), so an older harness can be compared with this
       # one on the same machine in the same call. Rows: $OUT/eval-N.jsonl, N counting from 1.
       n=0
       for hd in ${EVAL_HARNESS:-$PWD/python}; do
@@ -167,7 +167,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         echo "eval $n: harness $hd"
         # shellcheck disable=SC2086
         MUSACODER_HARNESS_DIR=$hd "$BIN" eval --problems "$EVAL_PROBLEMS" --solutions "$EVAL_SOLUTIONS" \
-          --cache-dir "/tmp/eval-cache-$n" --out "$OUT/eval-$n.jsonl" --no-progress ${EVAL_ARGS:-} \
+          --cache-dir "${EVAL_CACHE:-/tmp/eval-cache-$n}" --out "$OUT/eval-$n.jsonl" --no-progress ${EVAL_ARGS:-} \
           > "$OUT/eval-$n.log" 2>&1 || rc=1
         grep -v "^judge:" "$OUT/eval-$n.log" | tail -25
       done ;;

@@ -849,6 +849,12 @@ class Judge:
         if isinstance(warm.get("open_s"), (int, float)):
             res["timing_open_s"] = round(float(warm["open_s"]), 4)
         cand.send({"op": "release"})
+        # Spare processes still creating their CUDA contexts stall this process's syncs: paid
+        # inside the pilot, they shrank the run to 22-58 iterations, and 4 of 24 honest tiny
+        # kernels needed the repeat below (H100, 2026-11-25). The GPU is ours meanwhile.
+        t_q = time.monotonic()
+        self.quiesce()
+        res["timing_quiesce_s"] = round(time.monotonic() - t_q, 4)
         # Pilot, then the judge fixes the iteration count from its own clock.
         t0 = time.perf_counter()
         self._ask(cand, {"op": "time", "input_sets": descs, "iters": 5}, left(), "timing")
@@ -861,9 +867,8 @@ class Judge:
         # mismatch counts. A forged clock fails both times.
         for attempt in (0, 1):
             if attempt:
-                # Spare processes still creating their CUDA contexts stall this process's syncs
-                # (two honest native kernels failed both runs that way on the H100): the repeat
-                # waits until they are ready.
+                # Spares started since (two honest native kernels failed both runs that way on
+                # the H100): the repeat waits until they are ready too.
                 self.quiesce()
             inconsistent = self._timed_run(cand, descs, iters, k, ref_outs, req, share, left, res)
             if not inconsistent:
