@@ -321,7 +321,7 @@ class Candidate:
         the judge's wall clock of a timed run bounds the candidate's claimed times, and opening
         CUDA IPC handles is a fixed cost outside any iteration (a median 6.5 ms and up to 49 ms
         per trial's inputs on the H100). Paid inside a run of 10 tiny-kernel iterations, it
-        made 11 of 400 honest teacher kernels read as forged clocks."""
+        made 10 of 400 honest teacher kernels read as forged clocks."""
         from .transport import open_value
         if self.timing_sets is not None and self.timing_sets[0] == descs:
             return self.timing_sets[1], 0.0

@@ -23,7 +23,6 @@ from .lanes import GpuLock
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
-OVERHEAD_SLACK = 2.0  # multiple of the calibrated per-call overhead the forgery bound forgives
 PREEMPT_LOAD_S = 5.0  # a candidate's load (import, module, construction) before it may be preempted
 
 
@@ -880,7 +879,7 @@ class Judge:
         """One timed run: checks its outputs, fills the timing into res. Returns "" or, when
         the candidate's clock disagrees with the judge's, why."""
         from .compare import compare_outputs
-        from .timing import center_us, stats
+        from .timing import center_us, clock_forged, stats
         from .transport import open_tensor
         t0 = time.perf_counter()
         rep = self._ask(cand, {"op": "time", "input_sets": descs, "iters": iters}, left(), "timing")
@@ -908,13 +907,7 @@ class Judge:
         claimed = sum(times)
         overhead = iters * self.calibration_us(cand)
         res["timing_overhead_us"] = overhead
-        # The judge's clock bounds what the candidate's may claim: host-side overhead of a call
-        # can exceed a tiny kernel's time, so only a claim under a tenth of the unexplained wall
-        # time is a forgery (bounding what forging could gain to 10x, below the review bound).
-        # The calibrated overhead is allowed to be off by 2x: on a busy host it was measured at
-        # half of what a run of a tiny kernel really paid, and six honest kernels of 1,200 were
-        # called forgeries with a timing budget of 0.1 s (docs/results, RFT on the H100).
-        if claimed * 10 < (wall_us - OVERHEAD_SLACK * overhead) - 2000:
+        if clock_forged(claimed, wall_us, overhead):
             return (f"the candidate's clock says {claimed / 1e3:.1f} ms, the judge's "
                     f"{wall_us / 1e3:.1f} ms over {iters} iterations (overhead {overhead / 1e3:.1f} ms)")
         res["candidate_time"] = stats(times)

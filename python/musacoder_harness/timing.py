@@ -86,6 +86,23 @@ def _hold_count(out):
     return max(1, min(HOLD_MAX, HOLD_BYTES // max(1, _nbytes(out))))
 
 
+# Multiple of the calibrated per-call overhead the forgery bound forgives: on a busy host the
+# calibration was measured at half of what a run of a tiny kernel really paid, and six honest
+# kernels of 1,200 were called forgeries with a timing budget of 0.1 s (RFT on the H100).
+OVERHEAD_SLACK = 2.0
+FORGERY_FACTOR = 10       # a claim may be this many times below the unexplained wall time
+FORGERY_FLOOR_US = 2000   # wall time the bound always forgives (host jitter of one run)
+
+
+def clock_forged(claimed_us, wall_us, overhead_us):
+    """Whether a candidate's claimed total time is a forgery against the judge's wall clock of
+    the same run. Host-side overhead of a call can exceed a tiny kernel's time, so only a claim
+    under a tenth of the unexplained wall time (wall minus twice the calibrated overhead, minus
+    a floor) counts: what forging could gain is bounded to 10x, below the speedup review bound.
+    The wall clock must hold only the timed calls (inputs opened before, spares quiet)."""
+    return claimed_us * FORGERY_FACTOR < (wall_us - OVERHEAD_SLACK * overhead_us) - FORGERY_FLOOR_US
+
+
 def time_iterations(fn, input_sets, device, flusher, iters, prepare=None):
     """Runs exactly `iters` timed calls, rotating over input_sets. Returns (times_us, last):
     last[k] is the output of the last call on input set k, so timed runs are checked too.

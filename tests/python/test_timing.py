@@ -40,3 +40,17 @@ def test_iterations_rotate_input_sets_and_keep_last_outputs():
 def test_adaptive_stops_within_budget():
     st, _ = time_adaptive(lambda: sum(range(100)), [[]], "cpu", L2Flusher("cpu"), budget_s=0.2)
     assert st["n"] >= 10
+
+
+def test_the_forgery_bound_forgives_overhead_and_a_floor_and_no_more():
+    from musacoder_harness.timing import clock_forged
+    # 100 iterations of a 5 us kernel, 100 us of calibrated overhead per iteration.
+    claimed, overhead = 500.0, 100 * 100.0
+    honest_wall = 100 * 120.0  # the GPU's flush and the call: about the calibration
+    assert not clock_forged(claimed, honest_wall, overhead)
+    # Unexplained wall time up to 10x the claim, beyond twice the overhead and the 2 ms floor.
+    edge = 2 * overhead + 2000 + 10 * claimed
+    assert not clock_forged(claimed, edge, overhead)
+    assert clock_forged(claimed, edge + 1, overhead)
+    # A run whose real work went unclaimed (a kernel 100x slower than its claim) is caught.
+    assert clock_forged(claimed, 100 * 500.0 + honest_wall, overhead)
