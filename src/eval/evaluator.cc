@@ -67,6 +67,7 @@ struct Evaluator::Impl {
     EvalResult& r = it.prep.result;
     finalize_result(r, cfg);
     r.wall_s = std::chrono::duration<double>(Clock::now() - it.start).count();
+    r.finished_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     it.done(std::move(r));
   }
 

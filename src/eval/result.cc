@@ -73,6 +73,7 @@ nlohmann::json to_json(const EvalResult& r) {
       {"gpu", r.gpu},
       {"torch_version", r.torch_version},
       {"wall_s", r.wall_s},
+      {"finished_at", r.finished_at},
       {"exec_s", r.exec_s},
       {"exec_stages", r.exec_stages},
       {"judge_details", r.judge_details},
@@ -123,6 +124,7 @@ EvalResult result_from_json(const nlohmann::json& j) {
     r.gpu = j.value("gpu", "");
     r.torch_version = j.value("torch_version", "");
     r.wall_s = j.value("wall_s", 0.0);
+    r.finished_at = j.value("finished_at", 0.0);
     r.exec_s = j.value("exec_s", 0.0);
     r.exec_stages = j.value("exec_stages", nlohmann::json());
     r.judge_details = j.value("judge_details", nlohmann::json());

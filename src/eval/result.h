@@ -48,6 +48,7 @@ struct EvalResult {
   std::optional<double> reward;  // absent for infra errors
   std::string gpu, torch_version;
   double wall_s = 0;             // this candidate, end to end (queueing and compile included)
+  double finished_at = 0;        // Unix seconds at the verdict (0: unknown); with wall_s, a run's timeline
   double exec_s = 0;             // inside the judge: load, trials, timing
   nlohmann::json exec_stages;    // seconds per judge stage {take, load, trials, timing}
   // How the judge decided and what it held: the tolerance bounds used ({atol, rtol,

@@ -90,7 +90,8 @@ nlohmann::json upload_modules(RedisQueue& q, const CompileOutcome& co) {
 // A final verdict: reward and feedback, end-to-end time, stored once.
 void store_result(RedisQueue& q, const Delivery& d, const Job& job, EvalResult& r) {
   eval::finalize_result(r, job.config);
-  r.wall_s = unix_now() - job.submitted_at;  // submission to result, queueing included
+  r.finished_at = unix_now();
+  r.wall_s = r.finished_at - job.submitted_at;  // submission to result, queueing included
   q.finish(d, result_row(job, r), false);
 }
 

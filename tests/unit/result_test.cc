@@ -21,6 +21,8 @@ TEST(Result, JsonRoundTrip) {
   r.speedup = 2.0;
   r.reward = 1.5;
   r.violations.push_back({"thread", "msg", 3, "x"});
+  r.wall_s = 2.5;
+  r.finished_at = 1764072000.25;
   auto j = to_json(r);
   EXPECT_EQ(j["format_version"], kResultFormatVersion);
   EXPECT_EQ(j["verdict"], "ok");
@@ -32,6 +34,8 @@ TEST(Result, JsonRoundTrip) {
   EXPECT_DOUBLE_EQ(*back.speedup, 2.0);
   EXPECT_DOUBLE_EQ(back.candidate_time->median_us, 10);
   EXPECT_EQ(back.violations.at(0).rule, "thread");
+  EXPECT_DOUBLE_EQ(back.finished_at, 1764072000.25);  // with wall_s: when it was submitted
+  EXPECT_DOUBLE_EQ(back.wall_s, 2.5);
 }
 
 TEST(Result, InfraRowsHaveNoReward) {
