@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/hash.h"
@@ -67,7 +68,7 @@ struct Evaluator::Impl {
     EvalResult& r = it.prep.result;
     finalize_result(r, cfg);
     r.wall_s = std::chrono::duration<double>(Clock::now() - it.start).count();
-    r.finished_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    r.finished_at = unix_now();
     it.done(std::move(r));
   }
 

@@ -1,6 +1,5 @@
 #include "serve/job.h"
 
-#include <chrono>
 #include <regex>
 
 #include "common/check.h"
@@ -8,11 +7,6 @@
 #include "common/hash.h"
 
 namespace mc::serve {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string make_job_id(const eval::Problem& problem, const std::string& answer,
                         const eval::EvalConfig& cfg, const std::string& gpu_kind) {

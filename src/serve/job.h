@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "common/clock.h"  // unix_now, for the users of jobs
 #include "eval/candidates.h"
 #include "eval/eval_config.h"
 #include "eval/problem.h"
@@ -47,7 +48,5 @@ nlohmann::json result_row(const Job& job, const eval::EvalResult& r);
 
 // A final result for a job that never got a verdict of its own (delivery limit, bad payload).
 nlohmann::json infra_result_row(const std::string& job_id, const std::string& why);
-
-double unix_now();
 
 }  // namespace mc::serve

@@ -1,7 +1,6 @@
 #include "train/tensorboard.h"
 
 #include <array>
-#include <chrono>
 #include <cstring>
 #include <filesystem>
 
@@ -10,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "common/clock.h"
 
 namespace mc::train {
 namespace {
@@ -44,10 +44,6 @@ std::string event(double wall_time, int64_t step) {
   return e;
 }
 
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 uint32_t masked(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
 
 }  // namespace
@@ -72,7 +68,7 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
   std::filesystem::create_directories(dir);
   char host[256] = "host";
   gethostname(host, sizeof host - 1);
-  double t = now_seconds();
+  double t = unix_now();
   path_ = fmt::format("{}/events.out.tfevents.{}.{}.{}", dir, static_cast<int64_t>(t), host, getpid());
   f_ = std::fopen(path_.c_str(), "wb");
   MC_CHECK(f_, "cannot write TensorBoard events to ", path_);
@@ -104,7 +100,7 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   fixed(val, static_cast<float>(value));
   std::string summary;
   bytes_field(summary, 1, val);
-  std::string e = event(now_seconds(), step);
+  std::string e = event(unix_now(), step);
   bytes_field(e, 5, summary);
   record(e);
 }

@@ -162,7 +162,7 @@ inline serve::Job make_job(const std::string& answer, bool compile_only = true) 
   job.answer = answer;
   job.config.compile_only = compile_only;
   job.gpu_kind = "test";
-  job.submitted_at = serve::unix_now();
+  job.submitted_at = mc::unix_now();
   job.id = serve::make_job_id(*job.problem, job.answer, job.config, job.gpu_kind);
   return job;
 }
