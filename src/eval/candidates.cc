@@ -1,7 +1,6 @@
 #include "eval/candidates.h"
 
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
@@ -60,6 +59,40 @@ bool is_solution_file(const fs::path& p) {
   return kExt.count(p.extension().string()) > 0;
 }
 
+std::vector<fs::path> sorted_entries(const fs::path& dir) {
+  std::vector<fs::path> v;
+  for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path());
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// <stem>.<ext>, <stem>/<sample>.<ext> or KernelBench's run names, at the top or inside a level
+// folder (level1/, level_1/: the layout of KernelBench and of `musacoder synth`).
+void scan_folder(const fs::path& dir, int level, const ProblemIndex& index, std::vector<Candidate>& out) {
+  static const std::regex kb_run(R"(level_(\d+)_problem_(\d+)_sample_(\d+))");
+  static const std::regex level_dir(R"(level_?(\d+))");
+  for (const auto& e : sorted_entries(dir)) {
+    std::smatch m;
+    if (fs::is_directory(e)) {
+      std::string name = e.filename().string();
+      if (level == 0 && std::regex_match(name, m, level_dir)) {
+        scan_folder(e, std::stoi(m[1].str()), index, out);
+        continue;
+      }
+      for (const auto& f : sorted_entries(e))
+        if (fs::is_regular_file(f) && is_solution_file(f))
+          out.push_back(from_file(f, name, level, f.stem().string(), index));
+      continue;
+    }
+    if (!is_solution_file(e)) continue;
+    std::string stem = e.stem().string();
+    if (std::regex_search(stem, m, kb_run))
+      out.push_back(from_file(e, m[2].str(), std::stoi(m[1].str()), m[3].str(), index));
+    else
+      out.push_back(from_file(e, stem, level, "0", index));
+  }
+}
+
 }  // namespace
 
 Candidate candidate_from_file(const std::string& path, ProblemPtr problem) {
@@ -81,39 +114,7 @@ std::vector<Candidate> load_candidates(const std::string& path,
   std::vector<Candidate> out;
   MC_CHECK(fs::exists(path), "solutions not found: ", path);
   if (fs::is_directory(path)) {
-    static const std::regex kb_run(R"(level_(\d+)_problem_(\d+)_sample_(\d+))");
-    static const std::regex level_dir(R"(level_?(\d+))");
-    auto sorted = [](const fs::path& dir) {
-      std::vector<fs::path> v;
-      for (const auto& e : fs::directory_iterator(dir)) v.push_back(e.path());
-      std::sort(v.begin(), v.end());
-      return v;
-    };
-    // <stem>.<ext>, <stem>/<sample>.<ext> or KernelBench's run names, at the top or inside a
-    // level folder (level1/, level_1/: the layout of KernelBench and of `musacoder synth`).
-    std::function<void(const fs::path&, int)> scan = [&](const fs::path& dir, int level) {
-      for (const auto& e : sorted(dir)) {
-        std::string stem = e.stem().string();
-        std::smatch m;
-        if (fs::is_directory(e)) {
-          std::string name = e.filename().string();
-          if (level == 0 && std::regex_match(name, m, level_dir)) {
-            scan(e, std::stoi(m[1].str()));
-            continue;
-          }
-          for (const auto& f : sorted(e))
-            if (fs::is_regular_file(f) && is_solution_file(f))
-              out.push_back(from_file(f, name, level, f.stem().string(), index));
-          continue;
-        }
-        if (!is_solution_file(e)) continue;
-        if (std::regex_search(stem, m, kb_run))
-          out.push_back(from_file(e, m[2].str(), std::stoi(m[1].str()), m[3].str(), index));
-        else
-          out.push_back(from_file(e, stem, level, "0", index));
-      }
-    };
-    scan(path, 0);
+    scan_folder(path, 0, index, out);
     MC_CHECK(!out.empty(), "no solution files (*.py, *.cu, *.md, *.txt) in ", path);
     return out;
   }
