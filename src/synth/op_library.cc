@@ -54,6 +54,12 @@ std::string call_module(const nlohmann::json&, const std::vector<std::string>& a
 
 std::string lit(int64_t v) { return std::to_string(v) + "LL"; }
 
+Shape shape_by(const DimsRule& rule, const nlohmann::json& p, const std::vector<TensorType>& in) {
+  std::vector<Dims> d;
+  for (const auto& t : in) d.push_back(literal_dims(t.shape));
+  return values(rule(p, d));
+}
+
 std::string flit(double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.9g", v);

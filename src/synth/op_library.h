@@ -54,6 +54,8 @@ struct Kernel {
   std::string smem = "0";  // dynamic shared memory bytes
 };
 
+using DimsRule = std::function<Dims(const nlohmann::json& p, const std::vector<Dims>& in)>;
+
 struct OpDef {
   std::string name;    // library name, also the title part ("ReLU", "Conv2d")
   std::string family;  // activation, elementwise, reduction, scan, norm, softmax, matmul, conv,
@@ -82,9 +84,13 @@ struct OpDef {
   std::function<Kernel(const LowerCtx&)> lower;
   // Optional: the output's and the state's dims as expressions of the inputs' (dim.h), where
   // they are not simply input dims (teacher_sizes.cc matches those by value).
-  std::function<Dims(const nlohmann::json& p, const std::vector<Dims>& in)> infer_dims;
+  DimsRule infer_dims;
   std::function<std::vector<Dims>(const nlohmann::json& p, const std::vector<Dims>& in)> state_dims;
 };
+
+// The shape `rule` (an infer_dims) gives on these inputs' values: an op states its output's
+// sizes once, and its infer checks the inputs and calls this.
+Shape shape_by(const DimsRule& rule, const nlohmann::json& p, const std::vector<TensorType>& in);
 
 const std::map<std::string, OpDef>& op_library();
 const OpDef& op(const std::string& name);  // throws mc::Error for an unknown op

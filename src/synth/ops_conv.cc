@@ -88,7 +88,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
              " needs a float [N, C, ", nd, " spatial dims] input, got ", shape_str(in[0].shape));
     int64_t groups = p.value("groups", 1);
     MC_CHECK(in[0].shape[1] % groups == 0 && p.at("out").get<int64_t>() % groups == 0, name, ": channels vs groups");
-    Shape s = values(out_dims(p, {literal_dims(in[0].shape)}));
+    Shape s = shape_by(out_dims, p, in);
     for (int i = 0; i < nd; ++i) MC_CHECK(s[2 + i] > 0, name, ": kernel larger than the padded input");
     return TensorType{s, DType::kF32};
   };
@@ -198,7 +198,7 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
              nd, " spatial dims]");
     int64_t k = p.at("k"), pad = p.value("pad", 0);
     MC_CHECK(2 * pad <= k, name, ": padding must be at most half the kernel");
-    Shape s = values(out_dims(p, {literal_dims(in[0].shape)}));
+    Shape s = shape_by(out_dims, p, in);
     for (int i = 0; i < nd; ++i) MC_CHECK(s[2 + i] > 0, name, ": window larger than the input");
     return TensorType{s, DType::kF32};
   };

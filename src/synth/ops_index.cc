@@ -33,13 +33,13 @@ void add_gather(std::map<std::string, OpDef>& lib) {
     int x = add_float_input(g, s), idx = add_int_input(g, is, s[dim]);
     return std::make_pair(std::vector<int>{x, idx}, nlohmann::json{{"dim", dim}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
+  d.infer_dims = [](const nlohmann::json&, const std::vector<Dims>& in) { return in[1]; };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
     MC_CHECK(in[0].dtype == DType::kF32 && in[1].dtype == DType::kI64 && in[0].shape.size() == in[1].shape.size(),
              "Gather needs a float tensor and an int64 index of the same rank");
     norm_dim(p.at("dim").get<int64_t>(), in[0].shape.size());
-    return TensorType{in[1].shape, DType::kF32};
+    return TensorType{shape_by(rule, p, in), DType::kF32};
   };
-  d.infer_dims = [](const nlohmann::json&, const std::vector<Dims>& in) { return in[1]; };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return "torch.gather(" + a[0] + ", " + std::to_string(p.at("dim").get<int>()) + ", " + a[1] + ")";
   };
@@ -62,17 +62,15 @@ void add_index_select(std::map<std::string, OpDef>& lib) {
     int x = add_float_input(g, s), idx = add_int_input(g, {std::max<int64_t>(2, s[dim] / 2)}, s[dim]);
     return std::make_pair(std::vector<int>{x, idx}, nlohmann::json{{"dim", dim}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(in[0].dtype == DType::kF32 && in[1].dtype == DType::kI64 && in[1].shape.size() == 1,
-             "IndexSelect needs a float tensor and a 1-D int64 index");
-    Shape s = in[0].shape;
-    s[norm_dim(p.at("dim").get<int64_t>(), s.size())] = in[1].shape[0];
-    return TensorType{s, DType::kF32};
-  };
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s = in[0];
     s[norm_dim(p.at("dim").get<int64_t>(), s.size())] = in[1][0];
     return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(in[0].dtype == DType::kF32 && in[1].dtype == DType::kI64 && in[1].shape.size() == 1,
+             "IndexSelect needs a float tensor and a 1-D int64 index");
+    return TensorType{shape_by(rule, p, in), DType::kF32};
   };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     return "torch.index_select(" + a[0] + ", " + std::to_string(p.at("dim").get<int>()) + ", " + a[1] + ")";
@@ -98,17 +96,15 @@ void add_embedding(std::map<std::string, OpDef>& lib) {
     int idx = add_int_input(g, s, vocab);
     return std::make_pair(std::vector<int>{idx}, nlohmann::json{{"vocab", vocab}, {"dim", dim}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(in[0].dtype == DType::kI64, "Embedding needs int64 indices");
-    Shape s = in[0].shape;
-    s.push_back(p.at("dim").get<int64_t>());
-    return TensorType{s, DType::kF32};
-  };
   // num_embeddings and embedding_dim stay the literals of nn.Embedding(vocab, dim).
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s = in[0];
     s.push_back(p.at("dim").get<int64_t>());
     return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(in[0].dtype == DType::kI64, "Embedding needs int64 indices");
+    return TensorType{shape_by(rule, p, in), DType::kF32};
   };
   d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>&) {
     return std::vector<Dims>{{p.at("vocab").get<int64_t>(), p.at("dim").get<int64_t>()}};
@@ -137,17 +133,15 @@ void add_permute(std::map<std::string, OpDef>& lib) {
     std::swap(perm[r - 1], perm[r - 2]);
     return nlohmann::json{{"perm", perm}};
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    auto perm = p.at("perm").get<std::vector<int>>();
-    MC_CHECK(perm.size() == in[0].shape.size(), "Permute: ", perm.size(), " dims for a rank-", in[0].shape.size(), " tensor");
-    Shape s;
-    for (int i : perm) s.push_back(in[0].shape.at(i));
-    return TensorType{s, in[0].dtype};
-  };
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s;
     for (int i : p.at("perm").get<std::vector<int>>()) s.push_back(in[0].at(i));
     return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    auto perm = p.at("perm").get<std::vector<int>>();
+    MC_CHECK(perm.size() == in[0].shape.size(), "Permute: ", perm.size(), " dims for a rank-", in[0].shape.size(), " tensor");
+    return TensorType{shape_by(rule, p, in), in[0].dtype};
   };
   d.py_call = [](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
     std::string s;

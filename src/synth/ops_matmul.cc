@@ -104,26 +104,7 @@ void add_product(std::map<std::string, OpDef>& lib, const char* name, Layout lay
     int a = add_float_input(g, sa, init), bb = add_float_input(g, sb, init);
     return std::make_pair(std::vector<int>{a, bb}, nlohmann::json::object());
   };
-  auto dims = [lay](const std::vector<TensorType>& in) {
-    const Shape &a = in[0].shape, &b = in[1].shape;
-    size_t ra = lay == Layout::kBatched ? 3 : 2;
-    MC_CHECK(a.size() == ra && b.size() == ra && in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32,
-             "matmul operands must be float of rank ", ra);
-    int64_t batch = ra == 3 ? a[0] : 1;
-    MC_CHECK(ra == 2 || b[0] == batch, "batch sizes differ");
-    size_t o = ra - 2;
-    int64_t m = lay == Layout::kTransA ? a[o + 1] : a[o], ka = lay == Layout::kTransA ? a[o] : a[o + 1];
-    int64_t kb = lay == Layout::kTransB ? b[o + 1] : b[o], n = lay == Layout::kTransB ? b[o] : b[o + 1];
-    MC_CHECK(ka == kb, "inner dims differ: ", shape_str(a), " x ", shape_str(b));
-    return std::array<int64_t, 4>{batch, m, n, ka};
-  };
-  d.infer = [dims, lay](const nlohmann::json&, const std::vector<TensorType>& in) {
-    auto [batch, m, n, k] = dims(in);
-    Shape s = {m, n};
-    if (lay == Layout::kBatched) s.insert(s.begin(), batch);
-    return TensorType{s, DType::kF32};
-  };
-  // The same sizes, as the kernel text spells them.
+  // (batch, m, n, k), as the kernel text spells them (dim.h); k is the first operand's.
   auto dims_d = [lay](const std::vector<Dims>& in) {
     const Dims &a = in[0], &b = in[1];
     size_t o = a.size() - 2;
@@ -132,11 +113,27 @@ void add_product(std::map<std::string, OpDef>& lib, const char* name, Layout lay
     Dim n = lay == Layout::kTransB ? b[o] : b[o + 1];
     return std::array<Dim, 4>{batch, m, n, k};
   };
+  // The same on values, once the operands are checked to fit together.
+  auto dims = [lay, dims_d](const std::vector<TensorType>& in) {
+    const Shape &a = in[0].shape, &b = in[1].shape;
+    size_t ra = lay == Layout::kBatched ? 3 : 2;
+    MC_CHECK(a.size() == ra && b.size() == ra && in[0].dtype == DType::kF32 && in[1].dtype == DType::kF32,
+             "matmul operands must be float of rank ", ra);
+    MC_CHECK(ra == 2 || b[0] == a[0], "batch sizes differ");
+    auto [batch, m, n, k] = dims_d({literal_dims(a), literal_dims(b)});
+    int64_t kb = lay == Layout::kTransB ? b[ra - 1] : b[ra - 2];
+    MC_CHECK(k.v() == kb, "inner dims differ: ", shape_str(a), " x ", shape_str(b));
+    return std::array<int64_t, 4>{batch.v(), m.v(), n.v(), k.v()};
+  };
   d.infer_dims = [dims_d, lay](const nlohmann::json&, const std::vector<Dims>& in) {
     auto [batch, m, n, k] = dims_d(in);
     Dims s = {m, n};
     if (lay == Layout::kBatched) s.insert(s.begin(), batch);
     return s;
+  };
+  d.infer = [dims, rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    dims(in);  // the checks
+    return TensorType{shape_by(rule, p, in), DType::kF32};
   };
   d.py_call = [lay](const nlohmann::json&, const std::vector<std::string>& a, const std::string&) {
     switch (lay) {
@@ -185,18 +182,6 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     int x = add_float_input(g, {m, k});
     return std::make_pair(std::vector<int>{x}, nlohmann::json{{"out", n}, {"bias", coin(rng, 0.85)}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(in[0].dtype == DType::kF32 && !in[0].shape.empty(), "Linear needs a float input");
-    Shape s = in[0].shape;
-    s.back() = p.at("out").get<int64_t>();
-    return TensorType{s, DType::kF32};
-  };
-  d.state = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    int64_t n = p.at("out").get<int64_t>(), k = in[0].shape.back();
-    std::vector<StateTensor> s = {{"weight", {n, k}}};
-    if (p.value("bias", true)) s.push_back({"bias", {n}});
-    return s;
-  };
   // out_features stays the literal of nn.Linear(in, out).
   d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dim n = p.at("out").get<int64_t>();
@@ -207,6 +192,16 @@ void add_linear(std::map<std::string, OpDef>& lib) {
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s = in[0];
     s.back() = p.at("out").get<int64_t>();
+    return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(in[0].dtype == DType::kF32 && !in[0].shape.empty(), "Linear needs a float input");
+    return TensorType{shape_by(rule, p, in), DType::kF32};
+  };
+  d.state = [rule = d.state_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    auto w = rule(p, {literal_dims(in[0].shape)});
+    std::vector<StateTensor> s = {{"weight", values(w[0])}};
+    if (w.size() > 1) s.push_back({"bias", values(w[1])});
     return s;
   };
   d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>& in) {

@@ -69,20 +69,16 @@ void add_reduction(std::map<std::string, OpDef>& lib, const Reduction& r) {
     int dim = static_cast<int>(uniform_int(rng, 0, rank - 1));
     return std::make_pair(std::vector<int>{x}, nlohmann::json{{"dim", dim}, {"keepdim", kd && coin(rng, 0.3)}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(is_float(in[0]), "reduction needs a float input");
-    int dim = norm_dim(p.at("dim").get<int64_t>(), in[0].shape.size());
-    Shape s = in[0].shape;
-    if (p.value("keepdim", false)) s[dim] = 1;
-    else s.erase(s.begin() + dim);
-    return TensorType{s, DType::kF32};
-  };
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     int dim = norm_dim(p.at("dim").get<int64_t>(), in[0].size());
     Dims s = in[0];
     if (p.value("keepdim", false)) s[dim] = 1;
     else s.erase(s.begin() + dim);
     return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(is_float(in[0]), "reduction needs a float input");
+    return TensorType{shape_by(rule, p, in), DType::kF32};
   };
   std::string py = r.py;
   d.py_call = [py](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
@@ -136,16 +132,14 @@ void add_arg(std::map<std::string, OpDef>& lib, const char* name, bool greater) 
     int x = add_float_input(g, random_shape(rng, rank, budget, 8));
     return std::make_pair(std::vector<int>{x}, nlohmann::json{{"dim", uniform_int(rng, 0, rank - 1)}});
   };
-  d.infer = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    MC_CHECK(is_float(in[0]), "argmax/argmin needs a float input");
-    Shape s = in[0].shape;
-    s.erase(s.begin() + norm_dim(p.at("dim").get<int64_t>(), s.size()));
-    return TensorType{s, DType::kI64};
-  };
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s = in[0];
     s.erase(s.begin() + norm_dim(p.at("dim").get<int64_t>(), s.size()));
     return s;
+  };
+  d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
+    MC_CHECK(is_float(in[0]), "argmax/argmin needs a float input");
+    return TensorType{shape_by(rule, p, in), DType::kI64};
   };
   std::string fn = greater ? "torch.argmax" : "torch.argmin";
   d.py_call = [fn](const nlohmann::json& p, const std::vector<std::string>& a, const std::string&) {
