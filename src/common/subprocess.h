@@ -53,11 +53,15 @@ class Subprocess {
   ExitStatus wait(int timeout_ms = -1);
   void kill_group(int sig = 9);
 
+  // One poll round over the open output pipes, for up to timeout_ms: what the child wrote
+  // meanwhile is appended to stdout_text() / stderr_text(). For callers that watch the output
+  // while it runs (wait() does this itself).
+  void pump(int timeout_ms);
+
   std::string& stdout_text() { return out_; }
   std::string& stderr_text() { return err_; }
 
  private:
-  void pump(int timeout_ms);  // one poll round over the open output pipes
   pid_t pid_ = -1;
   int in_fd_ = -1, out_fd_ = -1, err_fd_ = -1;
   std::string out_, err_;

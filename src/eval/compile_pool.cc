@@ -6,6 +6,8 @@
 
 #include <chrono>
 #include <future>
+#include <optional>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -60,17 +62,56 @@ std::string join(const std::vector<std::string>& v, const char* sep = "\n") {
 }
 
 struct StepResult {
-  ExitStatus status;
+  ExitStatus status;  // timed_out: the limit passed, or stuck
   std::string output;
+  bool stuck = false;  // stopped stuck_after_error_s after it reported an error
 };
 
 // A compiler killed by a signal other than our timeout broke; that is not the candidate's
 // fault (infra), while a compiler that exits with errors or runs out of time is.
 bool compiler_crashed(const ExitStatus& s) { return s.term_signal && !s.timed_out; }
 
+
+// True when one of the lines is an error diagnostic: EDG (cudafe++, cicc) "file(12): error",
+// "At end of source: error", gcc "file:12:3: error:" / "fatal error:", ptxas "ptxas error" /
+// "ptxas fatal".
+bool reports_error(const std::string& out) {
+  static const std::regex kError(
+      R"(^([^\s(]+\(\d+\): (catastrophic )?error|At end of source: error|[^\s:]+:\d+(:\d+)?: (fatal )?error:|ptxas (error|fatal)))");
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);)
+    if (std::regex_search(line, kError)) return true;
+  return false;
+}
+
+// Waits for one compiler until `deadline`, or until `stuck_s` after it reported an error
+// (CompilePoolOptions::stuck_after_error_s); then stops its process group.
+StepResult wait_compiler(Subprocess& p, Clock::time_point deadline, double stuck_s) {
+  StepResult r;
+  std::optional<Clock::time_point> stop_at;
+  size_t seen = 0;  // output length when last checked for an error
+  while (p.running() && Clock::now() < deadline) {
+    if (stop_at && Clock::now() >= *stop_at) {
+      r.stuck = true;
+      break;
+    }
+    p.pump(100);
+    size_t n = p.stdout_text().size() + p.stderr_text().size();
+    if (!stop_at && n != seen) {
+      seen = n;
+      if (reports_error(p.stdout_text()) || reports_error(p.stderr_text()))
+        stop_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(stuck_s * 1000));
+    }
+  }
+  r.status = p.wait(0);  // reaps it; a child still running is killed (timed_out)
+  r.output = p.stdout_text() + p.stderr_text();
+  return r;
+}
+
 // Runs several compiler invocations at once; returns when all have ended.
 std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>& cmds,
-                                     const std::string& cwd, double timeout_s) {
+                                     const std::string& cwd, const CompilePoolOptions& limits) {
+  const auto deadline = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(limits.timeout_s * 1000));
   std::vector<std::unique_ptr<Subprocess>> procs;
   for (const auto& argv : cmds) {
     SubprocessOptions o;
@@ -80,20 +121,22 @@ std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>
     procs.push_back(std::make_unique<Subprocess>(o));
   }
   std::vector<StepResult> out;
-  for (auto& p : procs) {
-    StepResult r;
-    r.status = p->wait(static_cast<int>(timeout_s * 1000));
-    r.output = p->stdout_text() + p->stderr_text();
-    out.push_back(std::move(r));
-  }
+  for (auto& p : procs) out.push_back(wait_compiler(*p, deadline, limits.stuck_after_error_s));
   return out;
+}
+
+// The log of a build step that failed for the candidate's own reasons.
+std::string failure_log(const StepResult& r) {
+  if (r.stuck)
+    return trim_compiler_log(r.output) + "\n(the compiler reported these errors, then did not exit; it was stopped)";
+  return r.status.timed_out ? "compile timed out" : trim_compiler_log(r.output);
 }
 
 // One `nvcc -c` with its host and device phases in parallel (nvcc_phases.h); plain nvcc when
 // the plan is not the expected one, when a phase fails (so errors read as nvcc's own), or when
 // MUSACODER_NVCC_PHASES=0.
 StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir,
-                    const std::string& seed, double timeout_s, bool* phased = nullptr) {
+                    const std::string& seed, const CompilePoolOptions& limits, bool* phased = nullptr) {
   if (phased) *phased = false;
   const char* env = getenv("MUSACODER_NVCC_PHASES");
   if (!(env && std::string(env) == "0")) {
@@ -101,9 +144,11 @@ StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir
     if (auto plan = plan_nvcc_phases(argv, dir, seed, &why)) {
       auto fronts = run_parallel({{"/bin/bash", "-c", plan->host_script},
                                   {"/bin/bash", "-c", plan->device_script}},
-                                 dir, timeout_s);
+                                 dir, limits);
+      for (auto& f : fronts)
+        if (f.stuck) return f;  // plain nvcc would run into the same loop
       if (fronts[0].status.ok() && fronts[1].status.ok()) {
-        auto fin = run_parallel({{"/bin/bash", "-c", plan->final_script}}, dir, timeout_s);
+        auto fin = run_parallel({{"/bin/bash", "-c", plan->final_script}}, dir, limits);
         if (fin[0].status.ok()) {
           fin[0].output = fronts[0].output + fronts[1].output + fin[0].output;
           std::error_code ec;
@@ -120,7 +165,7 @@ StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir
     std::error_code ec;
     fs::remove_all(fs::path(dir) / "nvcc-phases", ec);
   }
-  return run_parallel({argv}, dir, timeout_s)[0];
+  return run_parallel({argv}, dir, limits)[0];
 }
 
 }  // namespace
@@ -309,7 +354,7 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
     std::vector<std::string> cmd = {tc_.nvcc, "-O3", "-std=c++17", "-shared", "-Xcompiler",
                                     "-fPIC", "-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch,
                                     "-I" + tc_.include_dir, "solution.cu", "-o", "native.so"};
-    auto r = run_parallel({cmd}, dir, opts_.timeout_s);
+    auto r = run_parallel({cmd}, dir, opts_);
     b.seconds = since(t0);
     if (compiler_crashed(r[0].status)) {
       b.infra = true;
@@ -318,7 +363,7 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
     }
     b.ok = r[0].status.ok();
     if (!b.ok)
-      b.log = r[0].status.timed_out ? "compile timed out" : trim_compiler_log(r[0].output);
+      b.log = failure_log(r[0]);
     return b;
   });
 }
@@ -359,7 +404,7 @@ std::string CompilePool::shim_bridge() {
         for (const auto& p : tc_.torch_library_paths) cmd.push_back("-L" + p);
         append(cmd, {"-lc10", "-ltorch", "-ltorch_cpu", "-ltorch_python"});
         if (cuda) cmd.push_back("-lc10_cuda");
-        auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
+        auto r = run_parallel({cmd}, dir.string(), opts_);
         if (!r[0].status.ok()) {
           bridge_error_ = trim_compiler_log(r[0].output);
           return;
@@ -411,7 +456,7 @@ void CompilePool::build_pch() {
       for (const auto& p : tc_.torch_include_paths) append(cmd, {"-isystem", p});
       append(cmd, {"-isystem", tc_.python_include, "-fPIC", "-std=c++17", "-x", "c++-header",
                    "torch_ext.h", "-o", "torch_ext.h.gch"});
-      auto r = run_parallel({cmd}, dir.string(), opts_.timeout_s);
+      auto r = run_parallel({cmd}, dir.string(), opts_);
       if (!r[0].status.ok()) {
         pch_error_ = trim_compiler_log(r[0].output);  // units build without it: slower, correct
         return;
@@ -475,7 +520,7 @@ CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std
   append(cxx, {"-c", "main.cpp", "-o", "main.o"});
   std::vector<std::vector<std::string>> cmds = {cxx};
   if (cuda) cmds.push_back(nvcc_unit_cmd(call, {}, common));
-  auto r = run_parallel(cmds, dir, opts_.timeout_s);
+  auto r = run_parallel(cmds, dir, opts_);
   b.steps["shim_compile_s"] = since(t0);
   for (const auto& step : r) {
     if (step.status.ok()) continue;
@@ -494,7 +539,7 @@ CompilePool::Built CompilePool::build_shim(const LoadInlineCall& call, const std
   append(link, nonempty(call.extra_ldflags));
   append(link, {"-o", call.name + ".shim.so"});
   auto tl = Clock::now();
-  auto l = run_parallel({link}, dir, opts_.timeout_s);
+  auto l = run_parallel({link}, dir, opts_);
   b.steps["link_s"] = since(tl);
   if (!l[0].status.ok()) {
     b.steps["shim_error"] = trim_compiler_log(l[0].output, 6);
@@ -555,7 +600,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     double binding_s = 0;
     auto binding = std::async(std::launch::async, [&] {
       auto t = Clock::now();
-      auto out = run_parallel({cxx}, dir, opts_.timeout_s);
+      auto out = run_parallel({cxx}, dir, opts_);
       binding_s = since(t);
       return out;
     });
@@ -564,7 +609,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     if (cuda) {
       auto t = Clock::now();
       bool phased = false;
-      cuda_step = run_nvcc(nvcc_cmd(true), dir, call.source_key(), opts_.timeout_s, &phased);
+      cuda_step = run_nvcc(nvcc_cmd(true), dir, call.source_key(), opts_, &phased);
       b.steps["cuda_lite_s"] = since(t);
       b.steps["cuda_phased"] = phased;
     }
@@ -575,7 +620,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
       if (!cuda_step.status.ok() && !cuda_step.status.timed_out) {
         // The light header was not enough for this source: the real headers decide.
         auto t = Clock::now();
-        cuda_step = run_nvcc(nvcc_cmd(false), dir, call.source_key(), opts_.timeout_s);
+        cuda_step = run_nvcc(nvcc_cmd(false), dir, call.source_key(), opts_);
         b.steps["cuda_full_s"] = since(t);
       }
       r.push_back(std::move(cuda_step));
@@ -587,7 +632,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
         b.infra = true;
         b.error = "compiler " + step.status.describe() + ": " + valid_utf8(utf8_prefix(step.output, 500));
       } else {
-        b.log = step.status.timed_out ? "compile timed out" : trim_compiler_log(step.output);
+        b.log = failure_log(step);
       }
       return b;
     }
@@ -600,7 +645,7 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     append(link, nonempty(call.extra_ldflags));
     append(link, {"-o", call.name + ".so"});
     auto tl = Clock::now();
-    auto l = run_parallel({link}, dir, opts_.timeout_s);
+    auto l = run_parallel({link}, dir, opts_);
     b.steps["link_s"] = since(tl);
     b.seconds = since(t0);
     b.ok = l[0].status.ok();

@@ -65,6 +65,12 @@ struct CompilePoolOptions {
   int workers = 0;             // 0: half the cores (each job runs two compilers at once)
   std::string cache_dir;       // root of the content-addressed cache
   double timeout_s = 600;      // per compiler invocation
+  // How long a compiler may run on after it has reported an error. Its verdict is already a
+  // compile error, and cudafe++ (CUDA 13.0) loops forever after some syntax errors, e.g. a
+  // model's `__shared__ float[ITEM, float Bs[16][65];` followed by another kernel: in an RFT
+  // run on the H100 that one answer held a compile worker for the whole limit. A compiler that
+  // reported no error runs to `timeout_s`, so no honest build is cut short.
+  double stuck_after_error_s = 15;
 };
 
 class CompilePool {

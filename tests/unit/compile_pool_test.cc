@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
@@ -19,7 +18,7 @@ using namespace mc::eval;
 namespace {
 
 CompilePool& pool() {
-  static CompilePool p(discover_toolchain("90"), CompilePoolOptions{2, mc::test::test_cache_dir(), 900});
+  static CompilePool p(discover_toolchain("90"), CompilePoolOptions{2, mc::test::test_cache_dir(), 900, 3});
   return p;
 }
 
@@ -69,6 +68,35 @@ TEST(CompilePool, CompileErrorsAreTrimmedAndCached) {
   auto again = pool().compile_now(r);
   EXPECT_EQ(again.status, CompileOutcome::Status::kCompileError);
   EXPECT_TRUE(again.cached);
+}
+
+// cudafe++ (CUDA 13.0) reports errors on this source and then loops forever (a model's answer
+// in an RFT run held a worker for the whole 600 s limit): stopped 3 s (this pool's setting)
+// after its first error, it is a compile error with those errors as its feedback, in both
+// build paths (the extension's tiers: shim, light header, then plain nvcc on real headers).
+constexpr const char* kFrontEndLoop = R"(
+__global__ void k(float* out) {
+  __shared__ float[ITEM, float Bs[16][65];
+}
+__global__ void k1(float* out) { out[0] = 1; }
+)";
+
+TEST(CompilePool, ACompilerStuckAfterItsErrorsIsStopped) {
+  CompileRequest r;
+  r.format = SolutionFormat::kNative;
+  r.native_source = std::string(kFrontEndLoop) + "extern \"C\" int mc_forward() { return 0; }\n";
+  auto t0 = std::chrono::steady_clock::now();
+  auto native = pool().compile_now(r);
+  auto ext = pool().compile_now(cuda_ext("front_end_loop_ext", kFrontEndLoop));
+  double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (const auto* out : {&native, &ext}) {
+    ASSERT_EQ(out->status, CompileOutcome::Status::kCompileError) << out->log << out->error;
+    EXPECT_NE(out->log.find("structured binding"), std::string::npos) << out->log;
+    if (!out->cached) {
+      EXPECT_NE(out->log.find("it was stopped"), std::string::npos) << out->log;
+    }
+  }
+  EXPECT_LT(s, 60) << "the limit is 900 s";
 }
 
 TEST(CompilePool, CpuTorchExtension) {

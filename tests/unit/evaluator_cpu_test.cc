@@ -111,6 +111,9 @@ TEST(EvaluatorCpu, CaseFilesGetTheirVerdicts) {
   ASSERT_TRUE(ok.speedup.has_value());
   EXPECT_GT(*ok.speedup, 0);
   EXPECT_GE(*ok.reward, 1.0);
+  // Timed after waiting for the judge's spares outside the GPU's gate (docs/formats.md).
+  for (const char* k : {"timing_spares_wait_s", "timing_quiesce_s", "timing_open_s", "timing_overhead_us"})
+    EXPECT_TRUE(ok.judge_details.contains(k)) << k << " " << ok.judge_details.dump();
   EXPECT_EQ(ok.compile_path, "pool-shim");  // built against the torch shim, run through its bridge
   // Run in a child of the (sandboxed) zygote, not in a process started after it failed.
   EXPECT_EQ(ok.exec_stages.value("process", ""), "forked") << ok.exec_stages.dump();
