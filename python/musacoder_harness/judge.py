@@ -404,12 +404,25 @@ class Judge:
 
     def snapshot(self, x, plan):
         """A private copy of a candidate's output, which it cannot reach: on the device, or in
-        host memory when the plan says the device cannot hold it."""
-        if not isinstance(x, self.torch.Tensor):
+        host memory when the plan says the device cannot hold it. The plan counts what the
+        judge holds, not what the candidate's own allocator keeps after its forward: an honest
+        candidate that computes in float64 held about 20 GiB more than planned on L1/19_ReLU
+        (H100), and the device copy ran out of memory. Then this copy and the trial's later
+        ones go to host memory (recorded in the plan), which is slower, not wrong."""
+        torch = self.torch
+        if not isinstance(x, torch.Tensor):
             return x
         if plan.get("snapshots") == "host" and x.is_cuda:
             return x.to("cpu")
-        return x.clone()
+        try:
+            return x.clone()
+        except torch.OutOfMemoryError:
+            if not x.is_cuda:
+                raise
+        torch.cuda.empty_cache()
+        plan["snapshots"] = "host"
+        plan["snapshots_why"] = "device out of memory at a snapshot"
+        return x.to("cpu")
 
     def truth_run(self, ref_model, inputs, ref, plan, res):
         """The trial's reference in float64 (same parameters, same inputs): the yardstick of
