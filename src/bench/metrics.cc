@@ -59,6 +59,16 @@ double fast_p(const std::vector<SampleOutcome>& outcomes, const std::vector<std:
   return sum / groups.size();
 }
 
+ProblemCounts problem_counts(const std::vector<SampleOutcome>& outcomes, const std::vector<std::string>& all_problems) {
+  ProblemCounts out;
+  for (const auto& [key, samples] : by_problem(outcomes, all_problems)) {
+    int c = 0;
+    for (const auto* o : samples) c += o->correct;
+    out[key] = {static_cast<int>(samples.size()), c};
+  }
+  return out;
+}
+
 Metrics compute_metrics(const std::vector<SampleOutcome>& outcomes, const std::vector<std::string>& all_problems,
                         const std::vector<int>& ks) {
   Metrics m;

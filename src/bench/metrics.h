@@ -27,6 +27,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/uncertainty.h"
+
 namespace mc::bench {
 
 // What one sample came to (at a turn: the first passing answer up to it, else the last).
@@ -65,6 +67,10 @@ struct Metrics {
 // ks: the k of pass@k to report (each <= the samples asked for).
 Metrics compute_metrics(const std::vector<SampleOutcome>& outcomes, const std::vector<std::string>& all_problems,
                         const std::vector<int>& ks);
+// Per problem of the set with a judged sample: (judged samples, correct ones), the input of
+// the intervals in uncertainty.h.
+ProblemCounts problem_counts(const std::vector<SampleOutcome>& outcomes, const std::vector<std::string>& all_problems);
+
 // fast_p at any p (the curve in the report's plot).
 double fast_p(const std::vector<SampleOutcome>& outcomes, const std::vector<std::string>& all_problems, double p,
               bool vs_compile);

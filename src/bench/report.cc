@@ -1,11 +1,13 @@
 #include "bench/report.h"
 
 #include <filesystem>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
 
 #include "bench/provenance.h"
+#include "bench/uncertainty.h"
 #include "common/check.h"
 #include "common/fs.h"
 #include "report/grid_plot.h"
@@ -144,7 +146,9 @@ BenchResult write_report(const ReportInput& in) {
       m[t].push_back(compute_metrics(in.by_turn[t], sc[i].problems, ks));
       if (i > 0) levels[sc[i].name.substr(6)] = metrics_json(m[t][i]);
     }
-    per_turn.push_back({{"turn", t + 1}, {"all", metrics_json(m[t][0])}, {"levels", levels}});
+    json counts = json::object();  // what compare's intervals are computed from
+    for (const auto& [key, nc] : problem_counts(in.by_turn[t], sc[0].problems)) counts[key] = {nc.first, nc.second};
+    per_turn.push_back({{"turn", t + 1}, {"all", metrics_json(m[t][0])}, {"levels", levels}, {"by_problem", counts}});
   }
   const auto& final = in.by_turn.back();
   const Metrics& fin = m.back()[0];
@@ -227,7 +231,16 @@ struct Headline {
   int problems = 0, samples = 1, turns = 1, infra = 0;
   double pass1_turn1 = 0, pass1 = 0, passk = 0, avgk = 0, fast1 = 0, fast11 = 0, fast1_compile = 0, faster = 0,
          geomean = 0, correct = 0;
+  // Per problem (judged, correct) at turn 1 and after the last turn. Reports written before
+  // by_problem existed give the last turn from their samples, and no turn 1.
+  std::optional<ProblemCounts> turn1, last;
 };
+
+ProblemCounts read_counts(const json& by_problem) {
+  ProblemCounts out;
+  for (const auto& [key, nc] : by_problem.items()) out[key] = {nc.at(0).get<int>(), nc.at(1).get<int>()};
+  return out;
+}
 
 Headline read_headline(const std::string& dir) {
   fs::path p = fs::path(dir) / "report.json";
@@ -252,23 +265,61 @@ Headline read_headline(const std::string& dir) {
   h.geomean = f.value("geomean_speedup", 0.0);
   h.correct = f.value("correct", 0.0);
   h.infra = f.value("infra_errors", 0);
+  const json& turns = r["per_turn"];
+  if (turns.front().contains("by_problem")) {
+    h.turn1 = read_counts(turns.front()["by_problem"]);
+    h.last = read_counts(turns.back()["by_problem"]);
+  } else if (r.contains("samples")) {
+    ProblemCounts c;
+    for (const auto& x : r["samples"])
+      if (x.value("judged", false)) {
+        auto& nc = c[x.value("problem", "")];
+        nc.first += 1;
+        nc.second += x.value("verdict", "") == "ok";
+      }
+    h.last = c;
+  }
   return h;
+}
+
+std::string interval(const std::optional<ProblemCounts>& c) {
+  if (!c) return "–";
+  Interval i = pass1_interval(*c);
+  return fmt::format("{:.1f}–{:.1f}%", 100 * i.lo, 100 * i.hi);
+}
+
+std::string difference(const std::optional<ProblemCounts>& a, const std::optional<ProblemCounts>& b) {
+  if (!a || !b) return "– | – | –";
+  Difference d = pass1_difference(*a, *b);
+  if (d.problems == 0) return "no shared problems | – | –";
+  return fmt::format("{:+.1f} | {:+.1f} to {:+.1f} | {} / {} of {}", 100 * d.delta.value, 100 * d.delta.lo,
+                     100 * d.delta.hi, d.better, d.worse, d.problems);
 }
 
 }  // namespace
 
 std::string compare_runs(const std::vector<std::string>& run_dirs) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
-  std::string md = "| # | run | answers from | problems | samples | turns | pass@1 (turn 1) | pass@1 | pass@k | avg@k | fast_1 | "
-                   "fast_1.1 | fast_1 (compile) | Faster | geomean | correct | infra |\n"
-                   "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
-  int index = 0;
+  std::string md = "| # | run | answers from | problems | samples | turns | pass@1 (turn 1) | 95% interval | pass@1 | "
+                   "95% interval | pass@k | avg@k | fast_1 | fast_1.1 | fast_1 (compile) | Faster | geomean | correct | infra |\n"
+                   "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  std::vector<Headline> hs;
   for (const auto& d : run_dirs) {
-    const Headline h = read_headline(d);
-    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n", ++index, d,
-                      h.source, h.problems, h.samples, h.turns, pct(h.pass1_turn1), pct(h.pass1), pct(h.passk),
-                      pct(h.avgk), pct(h.fast1), pct(h.fast11), pct(h.fast1_compile), pct(h.faster), h.geomean,
-                      pct(h.correct), h.infra);
+    const Headline& h = hs.emplace_back(read_headline(d));
+    md += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:.2f}x | {} | {} |\n",
+                      hs.size(), d, h.source, h.problems, h.samples, h.turns, pct(h.pass1_turn1), interval(h.turn1),
+                      pct(h.pass1), interval(h.last), pct(h.passk), pct(h.avgk), pct(h.fast1), pct(h.fast11),
+                      pct(h.fast1_compile), pct(h.faster), h.geomean, pct(h.correct), h.infra);
+  }
+  md += "\npass@1 (and pass@1 after the last turn) 95% intervals: bootstrap over problems (bench/uncertainty.h).\n";
+  if (hs.size() > 1) {
+    md += "\n### Against run 1, paired over the problems both scored\n\n"
+          "| # | Δ pass@1, turn 1 (points) | 95% interval | problems up / down | Δ pass@1, last turn | 95% interval | "
+          "problems up / down |\n|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (size_t i = 1; i < hs.size(); ++i)
+      md += fmt::format("| {} | {} | {} |\n", i + 1, difference(hs[0].turn1, hs[i].turn1),
+                        difference(hs[0].last, hs[i].last));
+    md += "\nAn interval that holds 0 is a difference the choice of problems alone could give.\n";
   }
   return md;
 }

@@ -156,7 +156,12 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
                        "--turns", "3", "--resume"), check=False)
     assert r.returncode == 2 and "--resume: samples differs" in r.stderr
     mc("bench-model", "compare", out, out, "--out", tmp_path / "cmp.md", "--svg", tmp_path / "cmp.svg")
-    assert open(tmp_path / "cmp.md").read().count(str(out)) == 2
+    cmp = open(tmp_path / "cmp.md").read()
+    assert cmp.count(str(out)) == 2
+    # Intervals from the report's per-problem counts; a run against itself differs by nothing.
+    assert "95% interval" in cmp and "Against run 1" in cmp, cmp
+    assert "| 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 |" in cmp, cmp
+    assert all("by_problem" in t for t in json.load(open(out / "report.json"))["per_turn"])
     assert open(tmp_path / "cmp.svg").read().startswith("<svg")
 
 

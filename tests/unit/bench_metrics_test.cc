@@ -1,12 +1,14 @@
 // bench-model's metrics on hand-made outcomes: the unbiased pass@k estimator against its
 // closed form, Avg@k, fast_p (KernelBench's definition), Faster, infra errors left unscored,
-// and KernelBench's prompt composition.
+// the bootstrap intervals of pass@1 and of the paired difference between two runs, and
+// KernelBench's prompt composition.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "bench/kernelbench_prompt.h"
 #include "bench/metrics.h"
+#include "bench/uncertainty.h"
 #include "common/check.h"
 
 namespace mc::bench {
@@ -108,6 +110,66 @@ TEST(BenchMetrics, KernelBenchPromptHasItsParts) {
   EXPECT_EQ(m.find("cuda_runtime"), std::string::npos);
   EXPECT_EQ(kernelbench_example("cuda").new_arch.find("musa"), std::string::npos);
   EXPECT_THROW(kernelbench_prompt("x", "fp32", "rocm"), Error);
+}
+
+
+// pass@1's interval: none where every problem scores the same, the textbook width where they
+// differ (100 problems half passed: 50% +- 1.96 * sqrt(0.25 / 100) = 9.8 points), the same
+// numbers for the same seed, and only judged samples count.
+TEST(BenchUncertainty, Pass1IntervalIsTheBootstrapOverProblems) {
+  ProblemCounts same;
+  for (int i = 0; i < 20; ++i) same["p" + std::to_string(i)] = {4, 1};
+  Interval flat = pass1_interval(same);
+  EXPECT_DOUBLE_EQ(flat.value, 0.25);
+  EXPECT_DOUBLE_EQ(flat.lo, 0.25);
+  EXPECT_DOUBLE_EQ(flat.hi, 0.25);
+  ProblemCounts half;
+  for (int i = 0; i < 100; ++i) half["p" + std::to_string(i)] = {1, i % 2};
+  Interval w = pass1_interval(half);
+  EXPECT_DOUBLE_EQ(w.value, 0.5);
+  EXPECT_NEAR(w.lo, 0.402, 0.015);
+  EXPECT_NEAR(w.hi, 0.598, 0.015);
+  Interval again = pass1_interval(half);
+  EXPECT_EQ(again.lo, w.lo);
+  EXPECT_EQ(again.hi, w.hi);
+  half["unscored"] = {0, 0};  // every sample an infra error: not a problem of the estimate
+  EXPECT_DOUBLE_EQ(pass1_interval(half).value, 0.5);
+  EXPECT_DOUBLE_EQ(pass1_interval({}).value, 0.0);
+
+  std::vector<SampleOutcome> outs = {ok("a", 0, 1.0), failed("a", 1, "incorrect"), failed("b", 0, "compile_error"),
+                                     failed("b", 1, "infra_error", false)};
+  ProblemCounts c = problem_counts(outs, {"a", "b", "c"});
+  EXPECT_EQ(c.size(), 2u);
+  EXPECT_EQ(c["a"], std::make_pair(2, 1));
+  EXPECT_EQ(c["b"], std::make_pair(1, 0));
+}
+
+// Two runs' difference, paired over the problems both scored: zero for the same run; one
+// problem of 28 up by a quarter is +0.9 points with an interval from 0 (most resamples keep
+// it once or not at all); a shift on every problem excludes 0.
+TEST(BenchUncertainty, Pass1DifferenceIsPairedOverSharedProblems) {
+  ProblemCounts a, b;
+  for (int i = 0; i < 28; ++i) a["p" + std::to_string(i)] = b["p" + std::to_string(i)] = {4, i % 3 == 0 ? 2 : 0};
+  Difference none = pass1_difference(a, a);
+  EXPECT_EQ(none.problems, 28);
+  EXPECT_DOUBLE_EQ(none.delta.value, 0);
+  EXPECT_DOUBLE_EQ(none.delta.lo, 0);
+  EXPECT_DOUBLE_EQ(none.delta.hi, 0);
+  b["p1"] = {4, 1};
+  Difference one = pass1_difference(a, b);
+  EXPECT_EQ(one.better, 1);
+  EXPECT_EQ(one.worse, 0);
+  EXPECT_NEAR(one.delta.value, 0.25 / 28, 1e-12);
+  EXPECT_DOUBLE_EQ(one.delta.lo, 0);
+  EXPECT_GT(one.delta.hi, one.delta.value);
+  ProblemCounts up;
+  for (const auto& [k, nc] : a) up[k] = {4, nc.second + 1};
+  up["only-in-b"] = {4, 4};  // not in a: left out of the pairing
+  Difference all = pass1_difference(a, up);
+  EXPECT_EQ(all.problems, 28);
+  EXPECT_EQ(all.better, 28);
+  EXPECT_DOUBLE_EQ(all.delta.value, 0.25);
+  EXPECT_DOUBLE_EQ(all.delta.lo, 0.25);  // the same shift everywhere: no spread at all
 }
 
 }  // namespace
