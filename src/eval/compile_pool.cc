@@ -71,16 +71,18 @@ struct StepResult {
 // fault (infra), while a compiler that exits with errors or runs out of time is.
 bool compiler_crashed(const ExitStatus& s) { return s.term_signal && !s.timed_out; }
 
-
-// True when one of the lines is an error diagnostic: EDG (cudafe++, cicc) "file(12): error",
-// "At end of source: error", gcc "file:12:3: error:" / "fatal error:", ptxas "ptxas error" /
-// "ptxas fatal".
-bool reports_error(const std::string& out) {
+// True when a line of `text` from `from` on is an error diagnostic: EDG (cudafe++, cicc)
+// "file(12): error", "At end of source: error", gcc "file:12:3: error:" / "fatal error:", ptxas
+// "ptxas error" / "ptxas fatal". Only whole lines are read, and `from` moves past them, so a
+// chatty compiler's output is scanned once, not again at every poll.
+bool reports_error(const std::string& text, size_t& from) {
   static const std::regex kError(
       R"(^([^\s(]+\(\d+\): (catastrophic )?error|At end of source: error|[^\s:]+:\d+(:\d+)?: (fatal )?error:|ptxas (error|fatal)))");
-  std::istringstream in(out);
-  for (std::string line; std::getline(in, line);)
-    if (std::regex_search(line, kError)) return true;
+  if (from > text.size()) from = 0;  // the start was dropped (Subprocess bounds stderr)
+  for (size_t nl; (nl = text.find('\n', from)) != std::string::npos; from = nl + 1)
+    if (std::regex_search(text.begin() + static_cast<std::ptrdiff_t>(from),
+                          text.begin() + static_cast<std::ptrdiff_t>(nl), kError))
+      return true;
   return false;
 }
 
@@ -89,19 +91,15 @@ bool reports_error(const std::string& out) {
 StepResult wait_compiler(Subprocess& p, Clock::time_point deadline, double stuck_s) {
   StepResult r;
   std::optional<Clock::time_point> stop_at;
-  size_t seen = 0;  // output length when last checked for an error
+  size_t out_from = 0, err_from = 0;  // where the next scan for an error starts
   while (p.running() && Clock::now() < deadline) {
     if (stop_at && Clock::now() >= *stop_at) {
       r.stuck = true;
       break;
     }
     p.pump(100);
-    size_t n = p.stdout_text().size() + p.stderr_text().size();
-    if (!stop_at && n != seen) {
-      seen = n;
-      if (reports_error(p.stdout_text()) || reports_error(p.stderr_text()))
-        stop_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(stuck_s * 1000));
-    }
+    if (!stop_at && (reports_error(p.stdout_text(), out_from) || reports_error(p.stderr_text(), err_from)))
+      stop_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(stuck_s * 1000));
   }
   r.status = p.wait(0);  // reaps it; a child still running is killed (timed_out)
   r.output = p.stdout_text() + p.stderr_text();
@@ -617,8 +615,10 @@ CompilePool::Built CompilePool::build_extension(const LoadInlineCall& call) {
     b.steps["binding_s"] = binding_s;
     b.steps["binding_pch"] = !pch.empty();
     if (cuda) {
-      if (!cuda_step.status.ok() && !cuda_step.status.timed_out) {
-        // The light header was not enough for this source: the real headers decide.
+      if (!cuda_step.status.ok() && (!cuda_step.status.timed_out || cuda_step.stuck)) {
+        // The light header was not enough for this source: the real headers decide. A
+        // compiler stopped after its errors counts here as what it is, a failed compile: the
+        // errors may be the light header's own.
         auto t = Clock::now();
         cuda_step = run_nvcc(nvcc_cmd(false), dir, call.source_key(), opts_);
         b.steps["cuda_full_s"] = since(t);

@@ -73,7 +73,8 @@ TEST(CompilePool, CompileErrorsAreTrimmedAndCached) {
 // cudafe++ (CUDA 13.0) reports errors on this source and then loops forever (a model's answer
 // in an RFT run held a worker for the whole 600 s limit): stopped 3 s (this pool's setting)
 // after its first error, it is a compile error with those errors as its feedback, in both
-// build paths (the extension's tiers: shim, light header, then plain nvcc on real headers).
+// build paths (the extension goes through all its tiers: shim, light header, real headers,
+// since errors in the first two may be theirs, not the source's).
 constexpr const char* kFrontEndLoop = R"(
 __global__ void k(float* out) {
   __shared__ float[ITEM, float Bs[16][65];
@@ -96,7 +97,7 @@ TEST(CompilePool, ACompilerStuckAfterItsErrorsIsStopped) {
       EXPECT_NE(out->log.find("it was stopped"), std::string::npos) << out->log;
     }
   }
-  EXPECT_LT(s, 60) << "the limit is 900 s";
+  EXPECT_LT(s, 120) << "the limit is 900 s";
 }
 
 TEST(CompilePool, CpuTorchExtension) {
