@@ -214,6 +214,12 @@ class Judge:
             except (CandidateCrashed, CandidateTimeout):
                 pass
 
+    def quiesce_into(self, res, key):
+        """quiesce(), its seconds recorded as res[key]."""
+        t0 = time.monotonic()
+        self.quiesce()
+        res[key] = round(time.monotonic() - t0, 4)
+
     # ---- problems -----------------------------------------------------------------------
     def problem(self, path):
         st = os.stat(path)
@@ -832,9 +838,7 @@ class Judge:
         # This judge's spares finish starting before it asks for the GPU to itself, so it does
         # not hold the other lanes off while they do (0.7 s per candidate on the H100, each
         # taken just before timing); the quiesce in _time_quiet then finds them ready.
-        t_q = time.monotonic()
-        self.quiesce()
-        res["timing_spares_wait_s"] = round(time.monotonic() - t_q, 4)
+        self.quiesce_into(res, "timing_spares_wait_s")
         self._await_quiet_gpu(res)
         try:
             self._time_quiet(req, prob, ref_model, cand, res, dtype, seed)
@@ -870,9 +874,7 @@ class Judge:
         # Spare processes still creating their CUDA contexts stall this process's syncs: paid
         # inside the pilot, they shrank the run to 22-58 iterations, and 4 of 24 honest tiny
         # kernels needed the repeat below (H100, 2026-11-25). The GPU is ours meanwhile.
-        t_q = time.monotonic()
-        self.quiesce()
-        res["timing_quiesce_s"] = round(time.monotonic() - t_q, 4)
+        self.quiesce_into(res, "timing_quiesce_s")
         # Pilot, then the judge fixes the iteration count from its own clock.
         t0 = time.perf_counter()
         self._ask(cand, {"op": "time", "input_sets": descs, "iters": 5}, left(), "timing")
