@@ -186,6 +186,11 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
       fi
+      # The GPU's utilization and memory every 2 s while the machine is held (gpu-samples.csv).
+      if ! { [ -f "$R/smi.pid" ] && kill -0 "$(cat "$R/smi.pid")" 2>/dev/null; }; then
+        setsid nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 \
+          >> "$R/gpu-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi.pid"
+      fi
       if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
         echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
       else
@@ -206,7 +211,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # checkpoints, no corpus).
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
         report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
-        ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] 2>/dev/null)
+        ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
+        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       S=/tmp/recipe-seed
       rm -rf "$S" && mkdir -p "$S/recipe"

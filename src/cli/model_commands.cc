@@ -229,7 +229,7 @@ int ModelCommands::Impl::run_generate() {
   int64_t longest = 0;
   for (const auto& it : items) longest = std::max<int64_t>(longest, it.ids.size());
   gen::EngineOptions eo;
-  eo.max_batch = max_batch;
+  eo.max_batch = std::min<int64_t>(max_batch, gen::slots_for(static_cast<int64_t>(items.size()) * sp.n));
   // A conversation may outgrow the model (a third turn after two long answers): the sequence
   // length stops at the model's context, each answer is cut where the context ends
   // (finish_reason "length"), and a prompt that fills it gets an empty answer ("context_full")

@@ -144,6 +144,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--device", r.device, "auto (cuda:LOCAL_RANK if CUDA, else cpu), cpu, cuda:N")->capture_default_str();
   l->add_option("--dtype", r.dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp32")->capture_default_str();
   l->add_flag("--no-progress", m.rl_no_progress, "no progress bar");
+  l->add_option("--profile-step", r.profile_step,
+                "profile step N (1-based) with libtorch's profiler: OUT/profile/step-N.md names where its time went")
+      ->capture_default_str();
+  l->add_flag("--profile-trace", r.profile_trace, "with --profile-step: also the whole Chrome trace (large)");
   l->add_option("--plant", r.planted, "testing: JSONL of answers injected in place of the model's")->group("");
   l->add_option("--exit-after-step", r.kill_after_step, "testing: SIGKILL right after step N")->group("");
   l->add_option("--dump-steps", r.dump_dir, "testing: each step's batch and gradient (one rank)")->group("");

@@ -178,6 +178,7 @@ struct GenerationEngine::Impl {
       }
     }
     if (batch.empty()) return false;
+    auto t0 = std::chrono::steady_clock::now();
     int64_t b = batch.size(), L = 0;
     for (auto& p : batch) L = std::max<int64_t>(L, p->req.prompt.size());
     auto ids = at::zeros({b, L}, at::kLong), lengths = at::zeros({b}, at::kLong);
@@ -210,6 +211,7 @@ struct GenerationEngine::Impl {
     auto picked = logits.index_select(0, at::tensor(rows).to(logits.device()));
     auto out = sample(picked, sampler_batch(seqs));
     auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+    stats.prefill_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (size_t i = 0; i < seqs.size(); ++i) accept(*seqs[i], toks.data_ptr<int64_t>()[i], lps.data_ptr<float>()[i]);
     return true;
   }
@@ -251,6 +253,7 @@ struct GenerationEngine::Impl {
     std::vector<Seq*> rows(batch, nullptr);
     for (int64_t i = 0; i < top; ++i)
       if (running[i]) {
+        ++stats.decode_rows;
         rows[i] = running[i].get();
         tp[i] = running[i]->last;
         pp[i] = running[i]->pos;
@@ -270,6 +273,7 @@ struct GenerationEngine::Impl {
     if (stream) e1->record();
 #endif
     ++stats.decode_steps;
+    stats.decode_span += span;
     auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
 #ifdef MUSACODER_CUDA
     if (stream) e2->record();
@@ -319,6 +323,24 @@ struct GenerationEngine::Impl {
     num_running = 0;
   }
 };
+
+int64_t slots_for(int64_t sequences) { return next_pow2(std::max<int64_t>(sequences, 8)); }
+
+EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
+  EngineStats d;
+  d.prompt_tokens = b.prompt_tokens - a.prompt_tokens;
+  d.generated_tokens = b.generated_tokens - a.generated_tokens;
+  d.decode_steps = b.decode_steps - a.decode_steps;
+  d.prefill_calls = b.prefill_calls - a.prefill_calls;
+  d.graphs_captured = b.graphs_captured - a.graphs_captured;
+  d.decode_rows = b.decode_rows - a.decode_rows;
+  d.decode_span = b.decode_span - a.decode_span;
+  d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
+  d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
+  d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;
+  d.prefill_wall_ms = b.prefill_wall_ms - a.prefill_wall_ms;
+  return d;
+}
 
 GenerationEngine::GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts)
     : opts_(opts) {

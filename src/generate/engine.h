@@ -60,10 +60,23 @@ struct EngineOptions {
 
 struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, prefill_calls = 0, graphs_captured = 0;
+  // Summed over decode steps: the sequences decoded (running rows; the padded batch may be
+  // larger) and the cache positions each attended to (the span, the longest sequence's).
+  int64_t decode_rows = 0, decode_span = 0;
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
   // sampling, and the whole step on the host clock (the rest is host work and transfers).
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
+  double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
 };
+
+// Cache slots for a run that never decodes more than `sequences` at once: the power of two at
+// or above it (8 at least), so that the decode step's batch buckets are those of any larger
+// cache. Each slot holds max_seq_len positions of every layer: a cache sized to the work, not
+// to EngineOptions::max_batch, leaves the GPU's memory to others (judges, other runs).
+int64_t slots_for(int64_t sequences);
+
+// What the engine did between two reads of its stats (after - before, field by field).
+EngineStats stats_between(const EngineStats& before, const EngineStats& after);
 
 class GenerationEngine {
  public:

@@ -7,9 +7,11 @@
 #include <cstdlib>
 #include <ctime>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -101,6 +103,10 @@ Recipe load_recipe(const std::string& path) {
       std::vector<std::string> args;
       for (const auto& a : *argv) args.push_back(scalar(a, str_cat(where, ": commands[", c, "]")));
       s.commands.push_back(std::move(args));
+    }
+    if (auto* g = (*st).get("together")) {
+      MC_CHECK(g->is_string() && !g->value<std::string>()->empty(), where, ": 'together' must be a group's name (a string)");
+      s.together = *g->value<std::string>();
     }
     if (auto* env = (*st)["env"].as_table())
       for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
@@ -213,20 +219,23 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   std::signal(SIGTERM, on_stop);
   ProgressBar bar("recipe", todo.size(), o.progress);
   std::ofstream stages_log(fs::path(run) / "recipe" / "stages.jsonl", std::ios::app);
-  for (const RecipeStage* s : todo) {
-    json& st = state["stages"][s->name];
-    if (!st.is_object()) st = json::object();
-    if (st.value("done", false) && !o.redo) {
-      fmt::print(stderr, "recipe: {} finished before ({:.0f} s); skipped\n", s->name, st.value("seconds", 0.0));
-      bar.advance(1, s->name);
-      continue;
-    }
+  std::mutex mu;  // state, state.json, stages.jsonl and the bar, which stages of a group share
+  auto save_state = [&] { write_file_atomic(state_path, state.dump(1) + "\n"); };
+
+  // One stage's commands in order. Returns "" when they all exit 0, else what went wrong (and
+  // records it); `stopped` is set when SIGINT/SIGTERM stopped it.
+  auto run_stage = [&](const RecipeStage* s, bool& stopped) -> std::string {
     const std::string log = (fs::path(run) / "recipe" / (s->name + ".log")).string();
-    fmt::print(stderr, "recipe: {}: {} (log {})\n", s->name, s->about, log);
-    st["done"] = false;
-    st["started_at"] = now_utc();
-    st["commands"] = json::array();
-    write_file_atomic(state_path, state.dump(1) + "\n");
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      json& st = state["stages"][s->name];
+      fmt::print(stderr, "recipe: {}: {} (log {})\n", s->name, s->about, log);
+      st["done"] = false;
+      st["started_at"] = now_utc();
+      st["commands"] = json::array();
+      if (!s->together.empty()) st["together"] = s->together;
+      save_state();
+    }
     auto t0 = Clock::now();
     for (const auto& cmd : s->commands) {
       std::vector<std::string> argv;
@@ -236,7 +245,10 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       }
       std::string shown;
       for (const auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
-      st["commands"].push_back(shown);
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        state["stages"][s->name]["commands"].push_back(shown);
+      }
       {
         std::ofstream l(log, std::ios::app);
         l << "\n$ " << shown << "\n";
@@ -255,31 +267,89 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
         for (int i = 0; i < 300 && p.running(); ++i) usleep(100 * 1000);
         p.kill_group(SIGKILL);
         p.wait();
-        st["stopped"] = str_cat(signal_name(g_stop), " during: ", shown);
-        write_file_atomic(state_path, state.dump(1) + "\n");
-        throw Error(str_cat("recipe stopped by ", signal_name(g_stop), " in stage '", s->name,
-                            "'; it runs again (and resumes) next time"));
+        std::lock_guard<std::mutex> lock(mu);
+        state["stages"][s->name]["stopped"] = str_cat(signal_name(g_stop), " during: ", shown);
+        save_state();
+        stopped = true;
+        return str_cat("recipe stopped by ", signal_name(g_stop), " in stage '", s->name,
+                       "'; it runs again (and resumes) next time");
       }
       ExitStatus es = p.wait();
       if (!es.ok()) {
-        st["failed"] = shown;
-        write_file_atomic(state_path, state.dump(1) + "\n");
-        throw Error(str_cat("recipe stage '", s->name, "' failed (", es.describe(), "): ", shown, "\nits log, ", log,
-                            ", ends:\n", tail_lines(log, 25)));
+        std::lock_guard<std::mutex> lock(mu);
+        state["stages"][s->name]["failed"] = shown;
+        save_state();
+        return str_cat("recipe stage '", s->name, "' failed (", es.describe(), "): ", shown, "\nits log, ", log, ", ends:\n",
+                       tail_lines(log, 25));
       }
     }
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(mu);
+    json& st = state["stages"][s->name];
     st["done"] = true;
     st["seconds"] = secs;
     st["device"] = gpu ? "gpu" : "cpu";
     st["finished_at"] = now_utc();
     st.erase("failed");
     st.erase("stopped");
-    write_file_atomic(state_path, state.dump(1) + "\n");
-    stages_log << json{{"stage", s->name}, {"seconds", secs}, {"device", st["device"]}, {"finished_at", st["finished_at"]}}.dump()
-               << "\n";
+    save_state();
+    json row = {{"stage", s->name}, {"seconds", secs}, {"device", st["device"]}, {"finished_at", st["finished_at"]}};
+    if (!s->together.empty()) row["together"] = s->together;
+    stages_log << row.dump() << "\n";
     stages_log.flush();
     bar.advance(1, s->name);
+    return "";
+  };
+
+  for (size_t i = 0; i < todo.size();) {
+    // The stages to run now: one, or the group of stages next to it that share its `together`
+    // (those of the group that finished before are skipped, the rest run at once).
+    size_t j = i + 1;
+    if (!todo[i]->together.empty())
+      while (j < todo.size() && todo[j]->together == todo[i]->together) ++j;
+    std::vector<const RecipeStage*> now;
+    for (size_t k = i; k < j; ++k) {
+      const RecipeStage* s = todo[k];
+      json& st = state["stages"][s->name];
+      if (!st.is_object()) st = json::object();
+      if (st.value("done", false) && !o.redo) {
+        fmt::print(stderr, "recipe: {} finished before ({:.0f} s); skipped\n", s->name, st.value("seconds", 0.0));
+        bar.advance(1, s->name);
+        continue;
+      }
+      now.push_back(s);
+    }
+    i = j;
+    if (now.empty()) continue;
+    std::vector<std::string> errors(now.size());
+    std::vector<char> stopped(now.size(), 0);
+    if (now.size() == 1) {
+      bool st = false;
+      errors[0] = run_stage(now[0], st);
+      stopped[0] = st;
+    } else {
+      fmt::print(stderr, "recipe: {} stages together ({}):", now.size(), now[0]->together);
+      for (const auto* s : now) fmt::print(stderr, " {}", s->name);
+      fmt::print(stderr, "\n");
+      std::vector<std::thread> threads;
+      for (size_t k = 0; k < now.size(); ++k)
+        threads.emplace_back([&, k] {
+          bool st = false;
+          try {
+            errors[k] = run_stage(now[k], st);
+          } catch (const std::exception& e) {
+            errors[k] = str_cat("recipe stage '", now[k]->name, "': ", e.what());
+          }
+          stopped[k] = st;
+        });
+      for (auto& t : threads) t.join();
+    }
+    for (size_t k = 0; k < now.size(); ++k)
+      if (stopped[k]) throw Error(errors[k]);
+    std::string failed;
+    for (size_t k = 0; k < now.size(); ++k)
+      if (!errors[k].empty()) failed += (failed.empty() ? "" : "\n") + errors[k];
+    if (!failed.empty()) throw Error(failed);
   }
   return state;
 }

@@ -11,6 +11,11 @@
 //   {last:DIR}       DIR's newest checkpoint (DIR/checkpoints/step-N); an error if it has none
 //   {resume:DIR}     "--resume" when DIR has a checkpoint, else the argument is dropped
 //
+// Stages next to each other that name the same `together` group run at once, each its own
+// commands in order (the paper's ablation arms: same start, same budget, side by side on one
+// GPU, so each has the same conditions and the group takes the time of its slowest arm when
+// the GPU has room). One failing does not stop the others; the group then fails, naming it.
+//
 // A stage that finished is recorded in RUN/recipe/state.json and skipped when the recipe runs
 // again, so a recipe runs across many short slices of GPU time; a stage that stopped part way
 // is run again, and its own commands resume (train's --resume, rft's reused verdicts, ...).
@@ -31,6 +36,7 @@ struct RecipeStage {
   std::string about;                               // one line, for --list and the summary
   std::vector<std::vector<std::string>> commands;  // run in order, each must exit 0
   std::map<std::string, std::string> env;          // added to every command's environment
+  std::string together;                            // run at once with the stages next to it that name it
 };
 
 struct Recipe {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include <c10/core/GradMode.h>
@@ -36,6 +37,7 @@
 #include "train/distributed.h"
 #include "train/loss.h"
 #include "train/metrics.h"
+#include "train/profiler.h"
 
 namespace mc::rl {
 namespace fs = std::filesystem;
@@ -240,7 +242,11 @@ RlResult run_rl(const RlOptions& o) {
   if (o.loss.kl_coef > 0) ref.emplace(model::QwenModel::load(o.model_dir, device, model.dtype()));
   train::ShardedAdamW opt(model, dist, o.adamw);
   gen::EngineOptions eo;
-  eo.max_batch = o.max_batch;
+  // Cache slots for the sequences a step can decode at once (this rank's prompts x the group;
+  // later turns have fewer), not --max-batch's 256: at 16k positions that is 17 GB of cache
+  // where 4 would do. A power of two, so the engine's batch buckets stay the same.
+  const int64_t per_rank = (o.prompts_per_step + dist.world() - 1) / dist.world() * o.group_size;
+  eo.max_batch = std::min<int64_t>(o.max_batch, gen::slots_for(per_rank));
   eo.max_seq_len = o.max_seq_len;
   eo.cuda_graphs = o.cuda_graphs;
   gen::GenerationEngine engine(model, &tok, eo);
@@ -376,6 +382,9 @@ RlResult run_rl(const RlOptions& o) {
   for (int64_t step = start; step < sched.total_steps; ++step) {
     auto t_step = Clock::now();
     model::reset_peak_memory(device);
+    std::optional<train::RegionProfiler> profiler;
+    if (main && o.profile_step == step + 1) profiler.emplace(device.is_cuda());
+    const gen::EngineStats gen0 = engine.stats();
     RolloutStats rstats;  // this step's wall time (the next step's first turn included)
     double prefetch_s = 0;
     // --- 1-2. prompts and rollouts (with --async, made during the last step)
@@ -631,6 +640,7 @@ RlResult run_rl(const RlOptions& o) {
     const double step_s = since(t_step);
     elapsed += step_s;
     const json& m = merged;
+    const gen::EngineStats gd = gen::stats_between(gen0, engine.stats());
     const double scored = num(m, "scored"), answers = num(m, "answers");
     const double rmean = ratio(num(m, "reward_sum"), scored);
     json row = {{"reward_mean", rmean},
@@ -677,6 +687,15 @@ RlResult run_rl(const RlOptions& o) {
                 {"train_s", train_s},
                 {"step_s", step_s},
                 {"gen_tokens_per_s", ratio(static_cast<double>(rstats.generated_tokens), rstats.generate_s)},
+                // Inside generation (this step's, the next step's first turn included with --async).
+                {"gen_decode_steps", static_cast<double>(gd.decode_steps)},
+                {"gen_rows_per_decode_step", ratio(static_cast<double>(gd.decode_rows), static_cast<double>(gd.decode_steps))},
+                {"gen_span_mean", ratio(static_cast<double>(gd.decode_span), static_cast<double>(gd.decode_steps))},
+                {"gen_decode_step_ms", ratio(gd.step_wall_ms, static_cast<double>(gd.decode_steps))},
+                {"gen_model_gpu_ms", ratio(gd.decode_gpu_ms, static_cast<double>(gd.decode_steps))},
+                {"gen_sample_gpu_ms", ratio(gd.sample_gpu_ms, static_cast<double>(gd.decode_steps))},
+                {"gen_prefill_s", gd.prefill_wall_ms / 1e3},
+                {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"epoch", epoch + static_cast<double>(index) / static_cast<double>(tasks.size())}};
     for (int k = 1; k <= o.max_turns; ++k) {
       row[fmt::format("pass_rate_turn{}", k)] = ratio(num(m, fmt::format("passed_{}", k)), num(m, fmt::format("answered_{}", k)));
@@ -694,6 +713,33 @@ RlResult run_rl(const RlOptions& o) {
       row["peak_reserved_gib"] = t[1].item<double>();
     }
     log.log("rl", step + 1, row);
+    if (profiler) {
+      // Phases the step measured itself; generation's parts from the engine's own clocks.
+      const double gen_s = rstats.generate_s, decode_s = gd.step_wall_ms / 1e3;
+      const double model_s = gd.decode_gpu_ms / 1e3, sample_s = gd.sample_gpu_ms / 1e3;
+      json phases = json::array(
+          {{{"name", "generate"}, {"s", gen_s}},
+           {{"name", "decode: the model's GPU time"}, {"s", model_s}, {"of", "generate"}},
+           {{"name", "decode: sampling's GPU time"}, {"s", sample_s}, {"of", "generate"}},
+           {{"name", "decode: the rest of the step (host, copies)"}, {"s", std::max(0.0, decode_s - model_s - sample_s)}, {"of", "generate"}},
+           {{"name", "prefill"}, {"s", gd.prefill_wall_ms / 1e3}, {"of", "generate"}},
+           {{"name", "between decode steps (taking tokens, answers to MooreEval)"},
+            {"s", std::max(0.0, gen_s - decode_s - gd.prefill_wall_ms / 1e3)}, {"of", "generate"}},
+           {{"name", "waiting for MooreEval"}, {"s", rstats.verify_wait_s}},
+           {{"name", "train"}, {"s", train_s}},
+           {{"name", "rest of the step (rewards, advantages, bookkeeping)"},
+            {"s", std::max(0.0, step_s - gen_s - rstats.verify_wait_s - train_s)}}});
+      const std::string base = (fs::path(o.out_dir) / "profile" / fmt::format("step-{}", step + 1)).string();
+      json p = profiler->stop(base,
+                              fmt::format("RL step {} ({} decode steps, {:.0f} rows each, span {:.0f}; profiler on, so "
+                                          "slower than the other steps)",
+                                          step + 1, gd.decode_steps, row["gen_rows_per_decode_step"].get<double>(),
+                                          row["gen_span_mean"].get<double>()),
+                              phases, o.profile_trace);
+      fmt::print(stderr, "rl: profile of step {} in {}.md (GPU busy {:.0f}% of it)\n", step + 1, base,
+                 100 * p.value("gpu_busy_share", 0.0));
+      profiler.reset();
+    }
     if (main && o.samples_every > 0 && (step + 1) % o.samples_every == 0) {
       fs::create_directories(fs::path(o.out_dir) / "samples");
       std::ofstream f(fs::path(o.out_dir) / "samples" / fmt::format("step-{:08d}.jsonl", step + 1));

@@ -78,6 +78,10 @@ struct RlOptions {
   uint64_t seed = 0;
   std::string device = "auto", dtype = "auto";
   bool progress = true;
+  // Profile step N (1-based; 0: none) with libtorch's profiler: OUT/profile/step-N.{md,json}
+  // name where the step's time went (train/profiler.h); with profile_trace also the Chrome trace.
+  int64_t profile_step = 0;
+  bool profile_trace = false;
   std::string planted;          // tests: JSONL of answers injected in place of the model's
   int64_t kill_after_step = 0;  // tests: SIGKILL right after step N
   std::string dump_dir;         // tests (one rank): each step's trained batch and its gradient

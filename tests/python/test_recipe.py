@@ -6,6 +6,7 @@ against transformers, and the runner's errors. Asserts on artifacts, not on mode
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -200,3 +201,34 @@ def test_a_stopped_recipe_leaves_its_stage_unfinished(tmp_path):
     time.sleep(0.5)
     left = subprocess.run(["pgrep", "-f", "sleep 31.7"], capture_output=True, text=True).stdout.split()
     assert not left, left
+
+
+def test_stages_together_run_at_once(tmp_path):
+    """Stages next to each other with the same `together` run at the same time (the ablation
+    arms); one failing lets the others finish, and the next run redoes only it."""
+    recipe = tmp_path / "r.toml"
+    stages = ""
+    for name in ("a", "b", "c"):
+        body = f"date +%s.%N > {{run}}/{name}.start; sleep 2; date +%s.%N > {{run}}/{name}.end"
+        if name == "c":
+            body += "; test -e {run}/c.ok"
+        stages += (f'[[stage]]\nname = "{name}"\ntogether = "arms"\n'
+                   f'commands = [["sh", "-c", "{body}"]]\n\n')
+    recipe.write_text(stages + '[[stage]]\nname = "after"\ncommands = [["touch", "{run}/after"]]\n')
+    run = tmp_path / "run"
+    t0 = time.time()
+    r = mc("recipe", recipe, "--out", run, "--no-progress", check=False)
+    assert r.returncode == 2 and "recipe stage 'c' failed (exit 1)" in r.stderr, r.stderr
+    assert time.time() - t0 < 5.5, "the three 2 s stages ran one after another"
+    starts = [float(open(run / f"{n}.start").read()) for n in "abc"]
+    ends = [float(open(run / f"{n}.end").read()) for n in "abc"]
+    assert max(starts) < min(ends), (starts, ends)
+    state = json.load(open(run / "recipe" / "state.json"))
+    assert state["stages"]["a"]["done"] and state["stages"]["b"]["done"] and not state["stages"]["c"]["done"]
+    assert state["stages"]["a"]["together"] == "arms" and not (run / "after").exists()
+    (run / "c.ok").touch()
+    r = mc("recipe", recipe, "--out", run, "--no-progress")
+    assert r.stderr.count("finished before") == 2 and (run / "after").exists(), r.stderr
+    recipe.write_text('[[stage]]\nname = "x"\ntogether = 3\ncommands = [["true"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
+    assert r.returncode == 2 and "'together' must be a group's name" in r.stderr, r.stderr
