@@ -62,6 +62,10 @@ def main():
     ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
     ap.add_argument("--decode-attention", default="matmul", help="sdpa or matmul")
     ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
+    ap.add_argument("--also-no-graph-sampling", action="store_true",
+                    help="also run musacoder with sampling outside the CUDA graph (the engine before 2026-11-25)")
+    ap.add_argument("--temperature", default="1", help="musacoder's sampling temperature (transformers: 1)")
+    ap.add_argument("--top-p", default="1", help="musacoder's top-p (transformers: off)")
     a = ap.parse_args()
     make_model(a.model_dir)
     g = torch.Generator().manual_seed(1)
@@ -73,7 +77,7 @@ def main():
     def ours(tag, *extra):
         stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"musacoder_generate_stats{tag}.json")
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
-               "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", "1", "--max-batch",
+               "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", a.temperature, "--top-p", a.top_p, "--max-batch",
                str(a.max_batch), "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats,
                "--no-progress", "--decode-attention", a.decode_attention, *a.extra, *extra]
         t0 = time.perf_counter()
@@ -92,17 +96,26 @@ def main():
            "prompt_len": a.prompt_len, "musacoder": ours_main}
     if a.also_no_graphs:
         res["musacoder_no_cuda_graphs"] = ours("_nographs", "--no-cuda-graphs")
+    if a.also_no_graph_sampling:
+        res["musacoder_no_graph_sampling"] = ours("_nographsampling", "--no-graph-sampling")
+    res["temperature"], res["top_p"] = a.temperature, a.top_p
     if not a.skip_transformers:
         import transformers
         res["transformers_version"] = transformers.__version__
         res["transformers"] = run_transformers(a.model_dir, prompts, a.n, a.new_tokens)
     json.dump(res, open(a.out, "w"), indent=2)
-    print(f"\n| engine | tokens | seconds | tokens/s | peak GiB (reserved) |\n|---|---|---|---|---|")
+    print(f"\n| engine | tokens | seconds | tokens/s | ms per decode step (wall / GPU graph / GPU sampling) | "
+          f"peak GiB (reserved) |\n|---|---|---|---|---|---|")
     rows = [("musacoder generate", ours_main)]
     if "musacoder_no_cuda_graphs" in res:
         rows.append(("musacoder generate --no-cuda-graphs", res["musacoder_no_cuda_graphs"]))
+    if "musacoder_no_graph_sampling" in res:
+        rows.append(("musacoder generate --no-graph-sampling", res["musacoder_no_graph_sampling"]))
     for name, o in rows:
-        print(f"| {name} | {o['generated_tokens']} | {o['seconds']:.2f} | {o['tokens_per_s']:.0f} | {o['peak_reserved_gib']:.2f} |")
+        n = max(1, o["decode_steps"])
+        print(f"| {name} | {o['generated_tokens']} | {o['seconds']:.2f} | {o['tokens_per_s']:.0f} | "
+              f"{o['step_wall_ms_total'] / n:.3f} / {o['decode_gpu_ms_total'] / n:.3f} / {o['sample_gpu_ms_total'] / n:.3f} | "
+              f"{o['peak_reserved_gib']:.2f} |")
     if "transformers" in res:
         t = res["transformers"]
         print(f"| transformers {res['transformers_version']} generate | {t['generated_tokens']} | {t['seconds']:.2f} | "

@@ -55,7 +55,7 @@ struct ModelCommands::Impl {
   std::string prompt, prompts_file, out, system;
   gen::SamplingParams sp;
   uint64_t seed = 0;
-  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false;
+  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   std::string stats_file;
@@ -116,6 +116,8 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();
   m.gen->add_option("--max-seq-len", m.max_seq_len, "cache length per sequence (0: longest prompt + max new tokens)");
   m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  m.gen->add_flag("--no-graph-sampling", m.no_graph_sampling,
+                  "sample outside the decode step's CUDA graph (the engine before 2026-11-25: for comparisons)");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
   m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
   m.gen->add_flag("--stream", m.stream, "write each sample as it finishes (completion order), not at the end in prompt order");
@@ -238,6 +240,7 @@ int ModelCommands::Impl::run_generate() {
   const int64_t context = model.config().max_position_embeddings;
   eo.max_seq_len = max_seq_len > 0 ? max_seq_len : std::min<int64_t>(context, longest + sp.max_new_tokens);
   eo.cuda_graphs = !no_graphs;
+  eo.graph_sampling = !no_graph_sampling;
   eo.decode_attention = decode_attention;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;

@@ -5,6 +5,7 @@
 #include <map>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "common/check.h"
 #include "generate/counter_rng.h"
@@ -64,6 +65,11 @@ struct GenerationEngine::Impl {
   std::deque<std::shared_ptr<Pending>> waiting;
   std::vector<int32_t> eos;
   at::Tensor tokens_buf, pos_buf, logits_buf;
+  // A decode step's inputs, staged on the host (pinned on CUDA) and copied to the device in two
+  // copies without a sync: rows of in_i64 are tokens, positions, seeds and steps; rows of in_f32
+  // temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
+  // tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in out_*.
+  at::Tensor in_i64_h, in_f32_h, in_i64, in_f32, out_tok, out_lp, out_tok_h, out_lp_h;
   bool graphs = false;
 
   std::mutex mu;
@@ -74,7 +80,8 @@ struct GenerationEngine::Impl {
 #ifdef MUSACODER_CUDA
   std::optional<c10::cuda::CUDAStream> stream;
   decltype(at::cuda::graph_pool_handle()) pool{0, 0};
-  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<at::cuda::CUDAGraph>> captured;
+  // (batch, span, what the graph samples: -1 nothing, 0 plain, 1 with top-p) -> graph
+  std::map<std::tuple<int64_t, int64_t, int>, std::unique_ptr<at::cuda::CUDAGraph>> captured;
 #endif
 
   Impl(const model::QwenModel& m, const tok::BpeTokenizer* t, EngineOptions o, EngineStats& s)
@@ -84,8 +91,17 @@ struct GenerationEngine::Impl {
     running.resize(opts.max_batch);
     eos = model.config().eos_token_ids;
     auto dev = at::TensorOptions().device(model.device());
-    tokens_buf = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
-    pos_buf = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
+    auto host = at::TensorOptions().pinned_memory(model.device().is_cuda());
+    in_i64_h = at::zeros({4, opts.max_batch}, host.dtype(at::kLong));
+    in_f32_h = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
+    in_i64 = at::zeros({4, opts.max_batch}, dev.dtype(at::kLong));
+    in_f32 = at::zeros({2, opts.max_batch}, dev.dtype(at::kFloat));
+    out_tok = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
+    out_lp = at::zeros({opts.max_batch}, dev.dtype(at::kFloat));
+    out_tok_h = at::zeros({opts.max_batch}, host.dtype(at::kLong));
+    out_lp_h = at::zeros({opts.max_batch}, host.dtype(at::kFloat));
+    tokens_buf = in_i64[0];
+    pos_buf = in_i64[1];
     logits_buf = at::empty({opts.max_batch, model.config().vocab_size}, dev.dtype(model.dtype()));
 #ifdef MUSACODER_CUDA
     if (model.device().is_cuda()) {
@@ -217,26 +233,41 @@ struct GenerationEngine::Impl {
   }
 
   // --- decode -------------------------------------------------------------------------------
-  void run_decode(int64_t batch, int64_t span) {
+  // The model step for `batch` rows over `span` cache positions into logits_buf, and with
+  // `sampling` >= 0 the sampler into out_tok / out_lp (1: with top-p): replayed from a CUDA
+  // graph per (batch, span, sampling) where graphs are on.
+  void run_decode(int64_t batch, int64_t span, int sampling) {
     auto out = logits_buf.narrow(0, 0, batch);
+    auto body = [&] {
+      model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
+      if (sampling < 0) return;
+      SamplerBatch b;
+      b.temperature = in_f32[0].narrow(0, 0, batch);
+      b.top_p = in_f32[1].narrow(0, 0, batch);
+      b.seed = in_i64[2].narrow(0, 0, batch);
+      b.step = in_i64[3].narrow(0, 0, batch);
+      b.any_top_p = sampling == 1;
+      auto tok = out_tok.narrow(0, 0, batch), lp = out_lp.narrow(0, 0, batch);
+      sample_into(out, b, tok, lp);
+    };
 #ifdef MUSACODER_CUDA
     if (graphs) {
-      auto key = std::make_pair(batch, span);
+      auto key = std::make_tuple(batch, span, sampling);
       auto it = captured.find(key);
       if (it != captured.end()) return it->second->replay();
       // Warm-up run (its results are this step's), then capture for the next steps: capturing
       // records the kernels without running them, so the cache is written once.
-      model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
+      body();
       auto g = std::make_unique<at::cuda::CUDAGraph>();
       g->capture_begin(pool);
-      model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
+      body();
       g->capture_end();
       captured.emplace(key, std::move(g));
       ++stats.graphs_captured;
       return;
     }
 #endif
-    model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
+    body();
   }
 
   void decode_step() {
@@ -248,19 +279,33 @@ struct GenerationEngine::Impl {
       }
     int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
     int64_t span = std::min((max_pos + 1 + kSpanQuantum - 1) / kSpanQuantum * kSpanQuantum, opts.max_seq_len);
-    auto tok_h = at::zeros({batch}, at::kLong), pos_h = at::zeros({batch}, at::kLong);
-    int64_t *tp = tok_h.data_ptr<int64_t>(), *pp = pos_h.data_ptr<int64_t>();
+    // The step's inputs, rows without a sequence greedy on token 0 (their results are unused).
+    int64_t* ip = in_i64_h.data_ptr<int64_t>();
+    float* fp = in_f32_h.data_ptr<float>();
+    const int64_t B = opts.max_batch;
     std::vector<Seq*> rows(batch, nullptr);
-    for (int64_t i = 0; i < top; ++i)
-      if (running[i]) {
+    bool any_top_p = false, any_top_k = false;
+    for (int64_t i = 0; i < batch; ++i) {
+      Seq* s = i < top && running[i] ? running[i].get() : nullptr;
+      rows[i] = s;
+      const SamplingParams* sp = s ? &s->owner->req.params : nullptr;
+      ip[i] = s ? s->last : 0;
+      ip[B + i] = s ? s->pos : 0;
+      ip[2 * B + i] = s ? static_cast<int64_t>(s->seed) : 0;
+      ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) : 0;
+      fp[i] = sp ? sp->temperature : 0.f;
+      fp[B + i] = sp ? sp->top_p : 1.f;
+      if (s) {
         ++stats.decode_rows;
-        rows[i] = running[i].get();
-        tp[i] = running[i]->last;
-        pp[i] = running[i]->pos;
+        any_top_p |= sp->top_p < 1.0f && sp->temperature > 0;
+        any_top_k |= sp->top_k > 0 && sp->temperature > 0;
       }
+    }
     auto t0 = std::chrono::steady_clock::now();
-    tokens_buf.narrow(0, 0, batch).copy_(tok_h);
-    pos_buf.narrow(0, 0, batch).copy_(pos_h);
+    in_i64.copy_(in_i64_h, /*non_blocking=*/true);
+    in_f32.copy_(in_f32_h, /*non_blocking=*/true);
+    // Top-k's cutoff reads k on the host, which a graph cannot: such steps sample outside it.
+    const bool fused = graphs && opts.graph_sampling && !any_top_k;
 #ifdef MUSACODER_CUDA
     std::optional<at::cuda::CUDAEvent> e0, e1, e2;
     if (stream) {
@@ -268,17 +313,30 @@ struct GenerationEngine::Impl {
       e0->record();
     }
 #endif
-    run_decode(batch, span);
+    run_decode(batch, span, fused ? (any_top_p ? 1 : 0) : -1);
 #ifdef MUSACODER_CUDA
     if (stream) e1->record();
 #endif
     ++stats.decode_steps;
     stats.decode_span += span;
-    auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
+    at::Tensor toks, lps;
+    if (fused) {
+      out_tok_h.narrow(0, 0, batch).copy_(out_tok.narrow(0, 0, batch), /*non_blocking=*/true);
+      out_lp_h.narrow(0, 0, batch).copy_(out_lp.narrow(0, 0, batch), /*non_blocking=*/true);
 #ifdef MUSACODER_CUDA
-    if (stream) e2->record();
+      if (stream) e2->record();
+      if (stream) stream->synchronize();
 #endif
-    auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+      toks = out_tok_h;
+      lps = out_lp_h;
+    } else {
+      auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
+#ifdef MUSACODER_CUDA
+      if (stream) e2->record();
+#endif
+      toks = out.tokens.cpu();
+      lps = out.logprobs.cpu();
+    }
 #ifdef MUSACODER_CUDA
     if (stream) {
       stats.decode_gpu_ms += e0->elapsed_time(*e1);
@@ -286,8 +344,8 @@ struct GenerationEngine::Impl {
     }
 #endif
     stats.step_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    auto ta = toks.accessor<int64_t, 1>();
-    auto la = lps.accessor<float, 1>();
+    const int64_t* ta = toks.data_ptr<int64_t>();
+    const float* la = lps.data_ptr<float>();
     for (int64_t i = 0; i < top; ++i)
       if (rows[i]) {
         ++rows[i]->pos;

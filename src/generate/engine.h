@@ -56,6 +56,10 @@ struct EngineOptions {
   bool cuda_graphs = true;
   // "matmul" measured faster than "sdpa" on the H100 (6.7 vs 7.9 ms a step at 512 x Qwen-0.5B).
   std::string decode_attention = "matmul";
+  // With CUDA graphs: sampling is captured in the decode step's graph, and the step's inputs
+  // (tokens, positions, seeds, temperatures, top-p) are copied from pinned memory without a
+  // sync, so a step is one graph launch and one copy back (top-k rows take the eager path).
+  bool graph_sampling = true;
 };
 
 struct EngineStats {
@@ -65,6 +69,8 @@ struct EngineStats {
   int64_t decode_rows = 0, decode_span = 0;
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
   // sampling, and the whole step on the host clock (the rest is host work and transfers).
+  // With graph_sampling, decode_gpu_ms is the graph's (model and sampling) and sample_gpu_ms
+  // only what ran outside it.
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
   double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
 };

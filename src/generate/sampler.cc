@@ -72,6 +72,17 @@ at::Tensor sampling_cutoff(const at::Tensor& logits, const SamplerBatch& b) {
   return cut;
 }
 
+void sample_into(const at::Tensor& logits, const SamplerBatch& b, at::Tensor& tokens, at::Tensor& logprobs) {
+  MC_CHECK(logits.dim() == 2 && logits.is_cuda(), "sample_into: logits must be [batch, vocab] on a CUDA device");
+#ifdef MUSACODER_CUDA
+  auto cut = sampling_cutoff(logits, b);
+  sample_cuda(logits.contiguous(), b.temperature, cut, b.seed, b.step, tokens, logprobs);
+#else
+  (void)b, (void)tokens, (void)logprobs;
+  throw Error("this musacoder was built without CUDA support");
+#endif
+}
+
 Sampled sample(const at::Tensor& logits, const SamplerBatch& b) {
   MC_CHECK(logits.dim() == 2, "logits must be [batch, vocab]");
   const int64_t S = logits.size(0);

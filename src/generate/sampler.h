@@ -28,6 +28,11 @@ struct Sampled {
 // logits [S, vocab] (any floating dtype) on the CPU or a CUDA device.
 Sampled sample(const at::Tensor& logits, const SamplerBatch& b);
 
+// sample() on a CUDA device into `tokens` [S] int64 and `logprobs` [S] fp32 there: no output
+// allocated and, without top-k rows, no host sync, so a CUDA graph captures it with the model
+// step (the engine does). The batch's tensors must be on the logits' device.
+void sample_into(const at::Tensor& logits, const SamplerBatch& b, at::Tensor& tokens, at::Tensor& logprobs);
+
 // The smallest temperature-scaled logit each row may sample (-inf: all): the k-th largest for
 // top-k, the one that completes probability mass p for top-p, the larger of the two.
 at::Tensor sampling_cutoff(const at::Tensor& logits, const SamplerBatch& b);
