@@ -17,15 +17,21 @@ import torch
 QWEN05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768,
                rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=151643)
+# recipes/small's policy (docs/recipe.md): a 33 M-parameter Qwen3.
+RECIPE_SMALL = dict(vocab_size=16384, hidden_size=512, intermediate_size=1536, num_hidden_layers=8,
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=64, max_position_embeddings=16384,
+                    rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True, eos_token_id=0)
+SHAPES = {"qwen05b": (QWEN05B, "Qwen2"), "recipe-small": (RECIPE_SMALL, "Qwen3")}
 
 
-def make_model(path):
+def make_model(path, shape="qwen05b"):
     import transformers
     if os.path.exists(os.path.join(path, "config.json")):
         return
     torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(**QWEN05B)
-    model = transformers.Qwen2ForCausalLM(cfg).to(torch.bfloat16)
+    conf, arch = SHAPES[shape]
+    cfg = getattr(transformers, arch + "Config")(**conf)
+    model = getattr(transformers, arch + "ForCausalLM")(cfg).to(torch.bfloat16)
     model.save_pretrained(path)
 
 
@@ -51,7 +57,8 @@ def run_transformers(path, prompts, n, new_tokens):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--musacoder", required=True)
-    ap.add_argument("--model-dir", default="/tmp/qwen05b-random")
+    ap.add_argument("--model-dir", default=None, help="default: /tmp/<shape>-random")
+    ap.add_argument("--shape", default="qwen05b", choices=sorted(SHAPES), help="the random model's shape")
     ap.add_argument("--out", default="generate_bench.json")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--n", type=int, default=8)
@@ -67,9 +74,10 @@ def main():
     ap.add_argument("--temperature", default="1", help="musacoder's sampling temperature (transformers: 1)")
     ap.add_argument("--top-p", default="1", help="musacoder's top-p (transformers: off)")
     a = ap.parse_args()
-    make_model(a.model_dir)
+    a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
+    make_model(a.model_dir, a.shape)
     g = torch.Generator().manual_seed(1)
-    prompts = torch.randint(0, QWEN05B["vocab_size"], (a.prompts, a.prompt_len), generator=g).tolist()
+    prompts = torch.randint(0, SHAPES[a.shape][0]["vocab_size"], (a.prompts, a.prompt_len), generator=g).tolist()
     pfile = os.path.join(os.path.dirname(os.path.abspath(a.out)), "bench_prompts.jsonl")
     with open(pfile, "w") as f:
         for p in prompts:
@@ -92,7 +100,7 @@ def main():
 
     ours_main = ours("")
     res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
-           "shape": "Qwen2-0.5B (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
+           "shape": f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
            "prompt_len": a.prompt_len, "musacoder": ours_main}
     if a.also_no_graphs:
         res["musacoder_no_cuda_graphs"] = ours("_nographs", "--no-cuda-graphs")
