@@ -55,7 +55,8 @@ struct ModelCommands::Impl {
   std::string prompt, prompts_file, out, system;
   gen::SamplingParams sp;
   uint64_t seed = 0;
-  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false;
+  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false,
+       no_compact_slots = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   std::string stats_file;
@@ -116,6 +117,8 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();
   m.gen->add_option("--max-seq-len", m.max_seq_len, "cache length per sequence (0: longest prompt + max new tokens)");
   m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  m.gen->add_flag("--no-compact-slots", m.no_compact_slots,
+                  "keep each sequence in its first cache slot (the engine before 2026-11-25: for comparisons)");
   m.gen->add_flag("--no-graph-sampling", m.no_graph_sampling,
                   "sample outside the decode step's CUDA graph (the engine before 2026-11-25: for comparisons)");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
@@ -241,6 +244,7 @@ int ModelCommands::Impl::run_generate() {
   eo.max_seq_len = max_seq_len > 0 ? max_seq_len : std::min<int64_t>(context, longest + sp.max_new_tokens);
   eo.cuda_graphs = !no_graphs;
   eo.graph_sampling = !no_graph_sampling;
+  eo.compact_slots = !no_compact_slots;
   eo.decode_attention = decode_attention;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
@@ -312,7 +316,8 @@ int ModelCommands::Impl::run_generate() {
   if (!stats_file.empty()) {
     json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
-           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured},
+           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},
+           {"decode_rows_total", st.decode_rows},
            {"step_wall_ms_total", st.step_wall_ms}, {"decode_gpu_ms_total", st.decode_gpu_ms},
            {"sample_gpu_ms_total", st.sample_gpu_ms}, {"peak_reserved_gib", peak ? peak->second : 0.0},
            {"device", device.str()}, {"max_batch", max_batch}};

@@ -351,6 +351,33 @@ struct GenerationEngine::Impl {
         ++rows[i]->pos;
         accept(*rows[i], static_cast<int32_t>(ta[i]), la[i]);
       }
+    if (opts.compact_slots) compact();
+  }
+
+  // Moves the sequences of the highest slots into the lowest free ones (their cache rows
+  // copied) when the running sequences fit a smaller batch bucket than the highest slot does.
+  // Sampling depends on each sequence's seed and step, not on its slot, so the tokens are the
+  // same.
+  void compact() {
+    int64_t top = 0;
+    for (int64_t i = opts.max_batch - 1; i >= 0 && top == 0; --i)
+      if (running[i]) top = i + 1;
+    if (num_running == 0 || next_pow2(std::max<int64_t>(num_running, 8)) >= next_pow2(std::max<int64_t>(top, 8))) return;
+    for (int64_t hi = top - 1; hi >= 0 && !free_slots.empty(); --hi) {
+      if (!running[hi]) continue;
+      const int64_t lo = *free_slots.begin();
+      if (lo >= hi) break;
+      Seq& s = *running[hi];
+      for (size_t l = 0; l < cache.k.size(); ++l) {
+        cache.k[l][lo].narrow(1, 0, s.pos).copy_(cache.k[l][hi].narrow(1, 0, s.pos));
+        cache.v[l][lo].narrow(1, 0, s.pos).copy_(cache.v[l][hi].narrow(1, 0, s.pos));
+      }
+      free_slots.erase(free_slots.begin());
+      free_slots.insert(hi);
+      s.slot = lo;
+      running[lo] = std::move(running[hi]);
+      ++stats.slot_moves;
+    }
   }
 
   // One engine iteration; returns false when there was nothing to do.
@@ -393,6 +420,7 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.graphs_captured = b.graphs_captured - a.graphs_captured;
   d.decode_rows = b.decode_rows - a.decode_rows;
   d.decode_span = b.decode_span - a.decode_span;
+  d.slot_moves = b.slot_moves - a.slot_moves;
   d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;

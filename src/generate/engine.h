@@ -60,6 +60,10 @@ struct EngineOptions {
   // (tokens, positions, seeds, temperatures, top-p) are copied from pinned memory without a
   // sync, so a step is one graph launch and one copy back (top-k rows take the eager path).
   bool graph_sampling = true;
+  // Running sequences move down into free cache slots whenever that shrinks the decode step's
+  // batch bucket (a power of two over the highest slot in use), so the step's work follows the
+  // sequences still running: a turn's tail is often a few long answers in high slots.
+  bool compact_slots = true;
 };
 
 struct EngineStats {
@@ -67,6 +71,7 @@ struct EngineStats {
   // Summed over decode steps: the sequences decoded (running rows; the padded batch may be
   // larger) and the cache positions each attended to (the span, the longest sequence's).
   int64_t decode_rows = 0, decode_span = 0;
+  int64_t slot_moves = 0;  // sequences moved to a lower cache slot (compact_slots)
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
   // sampling, and the whole step on the host clock (the rest is host work and transfers).
   // With graph_sampling, decode_gpu_ms is the graph's (model and sampling) and sample_gpu_ms

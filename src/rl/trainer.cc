@@ -696,6 +696,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"gen_sample_gpu_ms", ratio(gd.sample_gpu_ms, static_cast<double>(gd.decode_steps))},
                 {"gen_prefill_s", gd.prefill_wall_ms / 1e3},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
+                {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
                 {"epoch", epoch + static_cast<double>(index) / static_cast<double>(tasks.size())}};
     for (int k = 1; k <= o.max_turns; ++k) {
       row[fmt::format("pass_rate_turn{}", k)] = ratio(num(m, fmt::format("passed_{}", k)), num(m, fmt::format("answered_{}", k)));

@@ -107,10 +107,16 @@ def test_continuous_batching_gives_the_same_tokens(models, tmp_path):
     # A stop token that the big batch actually samples somewhere mid-sequence.
     mc("generate", *common, "--max-batch", "64", "--out", str(tmp_path / "probe.jsonl"))
     stop = read_jsonl(tmp_path / "probe.jsonl")[1]["tokens"][10]
-    mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "64", "--out", str(tmp_path / "big.jsonl"))
+    mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "64", "--out", str(tmp_path / "big.jsonl"),
+       "--stats", str(tmp_path / "big-stats.json"))
     mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "2", "--out", str(tmp_path / "small.jsonl"))
+    # Sequences left running in high slots move down as others finish; without the moves, the same tokens.
+    mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "64", "--no-compact-slots", "--out",
+       str(tmp_path / "fixed.jsonl"))
     big, small = read_jsonl(tmp_path / "big.jsonl"), read_jsonl(tmp_path / "small.jsonl")
     assert [r["tokens"] for r in big] == [r["tokens"] for r in small]
+    assert [r["tokens"] for r in big] == [r["tokens"] for r in read_jsonl(tmp_path / "fixed.jsonl")]
+    assert json.load(open(tmp_path / "big-stats.json"))["slot_moves"] > 0
     lengths = {len(r["tokens"]) for r in big}
     assert len(lengths) > 1, "sequences should finish at different steps"
     assert any(r["finish_reason"] == "stop" and r["tokens"][-1] == stop for r in big)
