@@ -62,6 +62,7 @@ class EngineSource : public AnswerSource {
                "--chat", "--stream", "--no-progress", "--n", std::to_string(n), "--temperature", fmt::format("{}", s.temperature),
                "--top-p", fmt::format("{}", s.top_p), "--max-new-tokens", std::to_string(s.max_new_tokens), "--seed",
                std::to_string(s.seed), "--device", o_.device, "--max-batch", std::to_string(o_.max_batch)};
+    if (s.loop_window > 0) so.argv.insert(so.argv.end(), {"--stop-loops", std::to_string(s.loop_window)});
     so.capture_stdout = true;
     so.capture_stderr = false;
     so.stderr_file = (work / "engine.log").string();
@@ -132,6 +133,7 @@ class EndpointSource : public AnswerSource {
     p.temperature = s.temperature;
     p.top_p = s.top_p;
     p.max_tokens = s.max_new_tokens;
+    p.loop_window = s.loop_window;
     int index = 0;
     auto ask = [&](int n) {
       p.n = n;

@@ -32,6 +32,7 @@ struct Sampling {
   double temperature = 0.9, top_p = 0.95;
   int max_new_tokens = 4096;
   long long seed = 0;
+  int loop_window = 0;  // > 0: stop an answer caught in a loop (generate/repetition.h)
 };
 
 class AnswerSource {

@@ -99,7 +99,7 @@ void check_options(BenchOptions& o) {
 json run_settings(const BenchOptions& o, const std::vector<BenchProblem>& set) {
   json keys = json::array();
   for (const auto& p : set) keys.push_back(p.problem->key);
-  return {{"format_version", 1},
+  json j = {{"format_version", 1},
           {"problems", fs::absolute(o.problems).string()},
           {"problem_keys", keys},
           {"model", o.model_dir.empty() ? json(nullptr) : json(fs::absolute(o.model_dir).string())},
@@ -115,6 +115,9 @@ json run_settings(const BenchOptions& o, const std::vector<BenchProblem>& set) {
           {"format", o.format},
           {"backend", o.backend},
           {"eval_config", o.eval_config.config_hash()}};
+  // Only when set, so that runs from before the option still resume.
+  if (o.sampling.loop_window > 0) j["loop_window"] = o.sampling.loop_window;
+  return j;
 }
 
 // Eager and torch.compile medians (ms) per problem, KernelBench's baseline schema: from

@@ -83,6 +83,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--out", r.out_dir, "run folder: checkpoints/, metrics.jsonl, tensorboard/, samples/")->required();
   l->add_option("--format", r.format, "solution format the prompts ask for: native or kernelbench")->capture_default_str();
   l->add_option("--level", r.level, "train on this level only (0: all)")->capture_default_str();
+  l->add_option("--max-problems", r.max_problems,
+                "train on the first N problems in curriculum order, epoch after epoch (0: all); OUT/problems.txt lists them")
+      ->capture_default_str();
   l->add_option("--order", r.order, "curriculum (level, then difficulty) or shuffle (per epoch)")->capture_default_str();
   l->add_option("--group-size", r.group_size, "answers per prompt (G)")->capture_default_str();
   l->add_option("--prompts-per-step", r.prompts_per_step, "prompts per step, over all ranks (repair tasks included)")->capture_default_str();
@@ -91,6 +94,8 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--temperature", r.temperature)->capture_default_str();
   l->add_option("--top-p", r.top_p)->capture_default_str();
   l->add_option("--max-new-tokens", r.max_new_tokens, "tokens per answer")->capture_default_str();
+  l->add_option("--stop-loops", r.loop_window, "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason loop; 0: off)")
+      ->capture_default_str();
   l->add_option("--max-turns", r.max_turns, "answers per trajectory (1: single-turn GRPO)")->capture_default_str();
   l->add_option("--max-seq-len", r.max_seq_len, "tokens of a whole conversation (the engine's cache length)")->capture_default_str();
   l->add_option("--max-batch", r.max_batch, "sequences the engine decodes at once")->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include "common/check.h"
 #include "generate/counter_rng.h"
+#include "generate/repetition.h"
 #include "generate/sampler.h"
 #ifdef MUSACODER_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -145,6 +146,7 @@ struct GenerationEngine::Impl {
       }
     }
     if (static_cast<int>(s.c.tokens.size()) >= sp.max_new_tokens) return finish(s, "length", s.bytes.size());
+    if (caught_in_loop(s.c.tokens, sp.loop_window)) return finish(s, "loop", s.bytes.size());
   }
 
   // Per-row sampling parameters, filled through raw pointers: element-wise tensor indexing
@@ -449,6 +451,7 @@ void GenerationEngine::validate(const GenerationRequest& r) const {
   MC_CHECK(p.temperature >= 0, "temperature must be >= 0, got ", p.temperature);
   MC_CHECK(p.top_p > 0 && p.top_p <= 1, "top_p must be in (0, 1], got ", p.top_p);
   MC_CHECK(p.top_k >= 0, "top_k must be >= 0, got ", p.top_k);
+  MC_CHECK(p.loop_window == 0 || p.loop_window >= 16, "loop_window must be 0 (off) or >= 16 tokens, got ", p.loop_window);
   MC_CHECK(static_cast<int64_t>(r.prompt.size()) + p.max_new_tokens <= opts_.max_seq_len, "prompt (", r.prompt.size(),
            " tokens) + max_new_tokens (", p.max_new_tokens, ") exceeds the engine's max sequence length (",
            opts_.max_seq_len, ")");

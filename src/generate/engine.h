@@ -35,13 +35,16 @@ struct SamplingParams {
   std::vector<int32_t> stop_token_ids;  // in addition to the model's EOS ids (unless ignore_eos)
   std::vector<std::string> stop;        // stop strings (need a tokenizer); not part of the text
   bool ignore_eos = false;
+  // 0: off. Otherwise the sequence finishes ("loop") once its last loop_window tokens are one
+  // block of at most loop_window / 4 tokens repeated (generate/repetition.h).
+  int loop_window = 0;
 };
 
 struct Completion {
   std::vector<int32_t> tokens;   // generated ids, a stop token included
   std::vector<float> logprobs;   // one per token: log softmax(logits / T) at the sampled id
   std::string text;              // decoded (stop token and stop string excluded); needs a tokenizer
-  std::string finish_reason;     // "stop" | "length" (| "context_full": `generate` gave the prompt no room)
+  std::string finish_reason;     // "stop" | "length" | "loop" (| "context_full": `generate` gave the prompt no room)
 };
 
 struct GenerationRequest {

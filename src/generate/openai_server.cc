@@ -59,6 +59,7 @@ struct OpenAIServer::Impl {
     }
     p.stop_token_ids = field<std::vector<int32_t>>(body, "stop_token_ids", {});
     p.ignore_eos = field<bool>(body, "ignore_eos", false);
+    p.loop_window = field<int>(body, "loop_window", 0);  // ours: stop a degenerate loop (engine.h)
     if (field<bool>(body, "stream", false)) throw BadRequest("\"stream\": true is not supported; ask without streaming");
     return p;
   }

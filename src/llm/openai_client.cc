@@ -72,6 +72,7 @@ nlohmann::json sampling_json(const SamplingParams& p) {
   nlohmann::json j = {{"n", p.n}, {"temperature", p.temperature}, {"top_p", p.top_p}, {"max_tokens", p.max_tokens}};
   if (!p.stop.empty()) j["stop"] = p.stop;
   if (p.seed >= 0) j["seed"] = p.seed;
+  if (p.loop_window > 0) j["loop_window"] = p.loop_window;
   return j;
 }
 

@@ -35,6 +35,7 @@ struct SamplingParams {
   int max_tokens = 4096;
   std::vector<std::string> stop;
   long long seed = -1;  // < 0: not sent
+  int loop_window = 0;  // > 0: sent as "loop_window", our server's loop stop (generate/repetition.h)
 };
 
 struct Completion {

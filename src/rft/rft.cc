@@ -101,6 +101,7 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
   json meta = {{"model", fs::absolute(o.model_dir).string()}, {"prompts", sha256_hex(prompts)}, {"n", o.samples},
                {"temperature", o.temperature}, {"top_p", o.top_p}, {"max_new_tokens", o.max_new_tokens},
                {"seed", o.seed}};
+  if (o.loop_window > 0) meta["loop_window"] = o.loop_window;  // only when set: older samples stay reusable
   const fs::path samples = out / "samples.jsonl", meta_path = out / "samples.meta.json";
   bool reuse = fs::exists(samples) && fs::exists(meta_path) && json::parse(read_file(meta_path)) == meta;
   if (reuse) {
@@ -114,6 +115,7 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
                fmt::format("{}", o.top_p), "--max-new-tokens", std::to_string(o.max_new_tokens), "--seed",
                std::to_string(o.seed), "--device", o.model_device, "--max-batch", std::to_string(o.max_batch), "--out", tmp};
     if (!o.progress) so.argv.push_back("--no-progress");
+    if (o.loop_window > 0) so.argv.insert(so.argv.end(), {"--stop-loops", std::to_string(o.loop_window)});
     so.capture_stdout = so.capture_stderr = false;
     fmt::print(stderr, "rft: sampling {} answers for each of {} problems\n", o.samples, problems.size());
     Subprocess gen(so);

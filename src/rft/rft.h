@@ -38,6 +38,7 @@ struct RftOptions {
   // Sampling (passed to musacoder-model generate).
   double temperature = 1.0, top_p = 1.0;
   int max_new_tokens = 4096, max_batch = 256;
+  int loop_window = 0;       // > 0: stop an answer caught in a loop (generate/repetition.h)
   uint64_t seed = 0;
   std::string model_device = "auto";
   std::string samples_from;  // JSONL of answers to verify instead of sampling ({problem, answer, sample_id?})

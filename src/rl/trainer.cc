@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/fs.h"
 #include "common/jsonl.h"
 #include "common/low_prob.h"
 #include "common/progress.h"
@@ -63,6 +64,8 @@ void check_options(const RlOptions& o) {
   MC_CHECK(o.micro_batch_tokens >= o.max_seq_len, "--micro-batch-tokens ", o.micro_batch_tokens, " is below --max-seq-len ",
            o.max_seq_len, ": a turn-1 sequence must fit one micro-batch");
   MC_CHECK(o.max_steps > 0 || o.epochs > 0, "give --max-steps or --epochs");
+  MC_CHECK(o.max_problems >= 0, "--max-problems must be >= 0 (0: all)");
+  MC_CHECK(o.loop_window == 0 || o.loop_window >= 16, "--stop-loops must be 0 (off) or at least 16 tokens, got ", o.loop_window);
   MC_CHECK(o.order == "curriculum" || o.order == "shuffle", "--order: '", o.order, "' is not curriculum or shuffle");
   MC_CHECK(o.mirror_delta >= 0, "--mirror-delta must be >= 0");
   MC_CHECK(o.prime_echo.alpha >= 0 && o.prime_echo.alpha <= 1, "--alpha must be in [0, 1]");
@@ -222,6 +225,12 @@ RlResult run_rl(const RlOptions& o) {
   }
   MC_CHECK(!tasks.empty(), o.problems, ": nothing to train on: ", all_tasks.size(), " problem(s), and every prompt with --max-new-tokens ",
            o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
+  if (o.max_problems > 0 && static_cast<int64_t>(tasks.size()) > o.max_problems) {
+    std::stable_sort(tasks.begin(), tasks.end(), [](const synth::Task& a, const synth::Task& b) {
+      return std::tie(a.level, a.difficulty) < std::tie(b.level, b.difficulty);
+    });
+    tasks.resize(static_cast<size_t>(o.max_problems));
+  }
   std::map<std::string, size_t> task_by_key;
   for (size_t i = 0; i < tasks.size(); ++i) task_by_key[tasks[i].problem->key] = i;
   eval::EvaluatorOptions eopts = o.evaluator;
@@ -295,6 +304,12 @@ RlResult run_rl(const RlOptions& o) {
                "verifier: {}\n",
                tasks.size(), too_long, o.prompts_per_step, o.group_size, o.max_turns, dist.world(), model::device_name(device),
                verifier->describe());
+  if (main) {
+    // What this run trains on, one key a line: `bench-model --subset` evaluates the same problems.
+    std::string keys;
+    for (const auto& t : tasks) keys += t.problem->key + "\n";
+    write_file_atomic(fs::path(o.out_dir) / "problems.txt", keys);
+  }
   train::MetricsLog log(o.out_dir, start, main);
   std::vector<size_t> order = epoch_order(tasks, o.order, o.seed, epoch);
 
@@ -367,6 +382,7 @@ RlResult run_rl(const RlOptions& o) {
     ropt.sampling.temperature = static_cast<float>(o.temperature);
     ropt.sampling.top_p = static_cast<float>(o.top_p);
     ropt.sampling.max_new_tokens = o.max_new_tokens;
+    ropt.sampling.loop_window = o.loop_window;
     ropt.hold_judges = o.hold_judges;
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
@@ -481,6 +497,7 @@ RlResult run_rl(const RlOptions& o) {
       add("turn1_tokens", static_cast<double>(t.turns[0].tokens.size()));
       add("turn1_low_prob", count_low_prob(t.turns[0].logprobs.data(), t.turns[0].logprobs.size()));
       if (t.turns[0].finish_reason == "length") add("turn1_truncated", 1);
+      if (t.turns[0].finish_reason == "loop") add("turn1_loop", 1);
     }
     for (const auto& t : traj)
       if (t.infra())
@@ -674,6 +691,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"updated", n_tokens > 0},
                 {"turn1_tokens_mean", ratio(num(m, "turn1_tokens"), scored)},
                 {"turn1_truncated_share", ratio(num(m, "turn1_truncated"), scored)},
+                {"turn1_loop_share", ratio(num(m, "turn1_loop"), scored)},
                 {"turn1_low_prob_per_1000", ratio(1000 * num(m, "turn1_low_prob"), num(m, "turn1_tokens"))},
                 {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
                 {"answers", answers},

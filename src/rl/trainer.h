@@ -35,6 +35,9 @@ struct RlOptions {
   std::string format = "native";  // the solution format prompts ask for
   std::string backend = "cuda";   // the kernels prompts ask for (synth::load_tasks)
   int level = 0;                  // 0: every level
+  // > 0: the first N problems in curriculum order (after `level`), so that a short run goes
+  // over the same problems several times; OUT/problems.txt lists what a run trains on.
+  int64_t max_problems = 0;
   std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
   // Batch.
   int group_size = 8, prompts_per_step = 64;
@@ -42,6 +45,7 @@ struct RlOptions {
   // Rollouts.
   double temperature = 0.9, top_p = 0.95;
   int max_new_tokens = 4096, max_turns = 3;
+  int loop_window = 0;         // > 0: stop an answer caught in a loop (generate/repetition.h)
   int64_t max_seq_len = 8192;  // a whole conversation (all turns); the engine's cache length
   int64_t max_batch = 256;     // sequences the engine decodes at once
   bool cuda_graphs = true;

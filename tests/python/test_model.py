@@ -7,6 +7,7 @@ server over plain HTTP, and clear errors for bad input."""
 import json
 import os
 import re
+import shutil
 import subprocess
 import threading
 import urllib.error
@@ -120,6 +121,47 @@ def test_continuous_batching_gives_the_same_tokens(models, tmp_path):
     lengths = {len(r["tokens"]) for r in big}
     assert len(lengths) > 1, "sequences should finish at different steps"
     assert any(r["finish_reason"] == "stop" and r["tokens"][-1] == stop for r in big)
+
+
+def test_loops_stop_early(models, tmp_path):
+    """--stop-loops W ends a sequence once its last W tokens are one block of at most W/4 tokens
+    repeated (finish_reason "loop"), keeping what it had sampled; a longer block is left alone.
+    The model is rewired so that greedy decoding walks a permutation of the vocabulary: layers
+    silenced, the head's row for sigma(t) = token t's embedding. Tokens 10..14 form a 5-cycle,
+    tokens 20..59 a 40-cycle."""
+    d, _, _ = models["qwen2"]
+    w = load_file(os.path.join(d, "model.safetensors"))
+    for k in w:
+        if k.endswith("o_proj.weight") or k.endswith("down_proj.weight"):
+            w[k] = torch.zeros_like(w[k])
+    w["model.norm.weight"] = torch.ones_like(w["model.norm.weight"])
+    emb = w["model.embed_tokens.weight"]
+    sigma = {t: t + 1 for t in range(emb.shape[0])}
+    sigma.update({14: 10, 59: 20})
+    head = torch.zeros_like(w["lm_head.weight"])
+    for t, nxt in sigma.items():
+        if nxt < emb.shape[0]:
+            head[nxt] = 8 * emb[t] / emb[t].norm()
+    w["lm_head.weight"] = head
+    loop_dir = tmp_path / "loop"
+    shutil.copytree(d, loop_dir)
+    save_file(w, str(loop_dir / "model.safetensors"), metadata={"format": "pt"})
+    pf = write_jsonl(tmp_path / "p.jsonl", [{"prompt_ids": [3, 4, 10]}, {"prompt_ids": [5, 20]}])
+    common = ["--model", str(loop_dir), "--device", "cpu", "--prompts", pf, "--temperature", "0", "--max-new-tokens", "200",
+              "--ignore-eos", "--no-progress"]
+    mc("generate", *common, "--out", str(tmp_path / "full.jsonl"))
+    mc("generate", *common, "--stop-loops", "128", "--out", str(tmp_path / "stopped.jsonl"))
+    full, stopped = read_jsonl(tmp_path / "full.jsonl"), read_jsonl(tmp_path / "stopped.jsonl")
+    assert full[0]["tokens"][:10] == [11, 12, 13, 14, 10, 11, 12, 13, 14, 10], "the rewired model should walk its 5-cycle"
+    assert full[1]["tokens"][:3] == [21, 22, 23] and full[1]["tokens"][39:41] == [20, 21]
+    assert [r["finish_reason"] for r in full] == ["length", "length"]
+    # The 5-cycle fills the 128-token window at 128 tokens: stopped there, its tokens those it sampled.
+    assert stopped[0]["finish_reason"] == "loop" and len(stopped[0]["tokens"]) == 128
+    assert stopped[0]["tokens"] == full[0]["tokens"][:128]
+    # A 40-token block is longer than 128 / 4: not a loop by this rule.
+    assert stopped[1] == full[1]
+    r = mc("generate", *common, "--stop-loops", "8", check=False)
+    assert r.returncode == 2 and "loop_window must be 0 (off) or >= 16 tokens, got 8" in r.stderr
 
 
 @pytest.mark.parametrize("arch", ["qwen2", "qwen3"])
@@ -362,6 +404,8 @@ def test_server_rejects_malformed_requests(server):
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": "many"}, None, "\"max_tokens\" has the wrong type"),
         ({"messages": [{"role": "user", "content": "x"}], "stream": True}, None, "stream"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 100000}, None, "exceeds the engine's max sequence length"),
+        # Our extension (--stop-loops of generate): read, and checked like the rest.
+        ({"messages": [{"role": "user", "content": "x"}], "loop_window": 8}, None, "loop_window must be 0 (off) or >= 16"),
     ]
     for body, raw, message in cases:
         status, resp = post(url + "/v1/chat/completions", body, raw=raw)

@@ -24,7 +24,7 @@ def test_tiny_recipe_end_to_end(tmp_path):
     run = tmp_path / "run"
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
     stages = ["synth", "corpus", "tokenizer", "init", "pretrain", "sft", "eval-sft", "rft", "eval-rft", "rl", "eval-rl",
-              "rl-no-mirrorpop", "report"]
+              "eval-rl-seen", "rl-no-mirrorpop", "report"]
     state = json.load(open(run / "recipe" / "state.json"))
     assert [s for s in stages if state["stages"][s]["done"]] == stages, state
     assert all(state["stages"][s]["seconds"] > 0 for s in stages)
@@ -64,6 +64,12 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert str(run / "rft" / "sft" / "checkpoints") in state["stages"]["rl"]["commands"][0]
     assert json.load(open(run / "rft" / "report.json"))["repair"]["per_problem"] == 1
     assert [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
+    # RL trained on 2 of the 4 problems (--max-problems 2); eval-rl-seen judged those, before and after.
+    seen = open(run / "rl" / "problems.txt").read().split()
+    assert len(seen) == 2
+    for e in ("rl-seen-before", "rl-seen-after"):
+        assert sorted(json.load(open(run / "eval" / e / "run.json"))["problem_keys"]) == sorted(seen), e
+    assert "rl-seen-after" in open(run / "report" / "rl-seen.md").read()
     # evaluation after sft and after rl, by bench-model, on the held-out problems.
     for e in ("sft", "rft", "rl", "rl-no-mirrorpop"):
         assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)

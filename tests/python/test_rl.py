@@ -324,6 +324,19 @@ def test_ablation_switches(setup):
     assert add[0]["reward"] == pytest.approx(1.0) and add[1]["reward"] == pytest.approx(1.0)
 
 
+def test_max_problems_and_loop_stop(setup):
+    """--max-problems N trains on the first N problems in curriculum order, epoch after epoch,
+    and lists them in OUT/problems.txt; --stop-loops reaches the engine (answers of 8 tokens are
+    never caught: the share is 0, but it is reported)."""
+    out = setup[0] / "subset"
+    mc(*replaced(rl_args(setup, out, "--max-steps", "2", "--max-problems", "1", "--stop-loops", "16"), prompts_per_step="1"))
+    assert open(out / "problems.txt").read().split() == ["1_Add"]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert len(rows) == 2 and all(r["turn1_loop_share"] == 0 for r in rows)
+    for step in (1, 2):
+        assert {t["problem"] for t in read_jsonl(out / "samples" / f"step-{step:08d}.jsonl")} == {"1_Add"}
+
+
 def test_clear_errors(setup, tmp_path):
     base, problems, model, plant = setup
     r = mc(*replaced(rl_args(setup, tmp_path / "a", "--max-steps", "1"), group_size=1), check=False)
@@ -331,6 +344,8 @@ def test_clear_errors(setup, tmp_path):
     r = mc(*rl_args(setup, tmp_path / "b", "--max-steps", "1", "--verifier", "http://127.0.0.1:9", "--verify-gpus", "0"),
            check=False)
     assert r.returncode != 0 and "contradict" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b1", "--max-steps", "1", "--stop-loops", "8"), check=False)
+    assert r.returncode != 0 and "--stop-loops must be 0 (off) or at least 16 tokens, got 8" in r.stderr, r.stderr
     r = mc(*rl_args(setup, tmp_path / "b2", "--max-steps", "1", "--async", "--off-policy", "1"), check=False)
     assert r.returncode != 0 and "--async" in r.stderr and "contradict" in r.stderr, r.stderr
     # A verifier that is not there.
