@@ -104,6 +104,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--early-bonus", r.prime_echo.early_bonus, "PrimeEcho: bonus for a pass at turn 1")->capture_default_str();
   l->add_option("--early-decay", r.prime_echo.early_decay, "PrimeEcho: the bonus shrinks by this per later turn")->capture_default_str();
   l->add_flag("--no-primeecho", m.no_primeecho, "ablation: reward from the last turn only");
+  l->add_option("--adv-std-floor", r.adv_std_floor,
+                "advantages divide by max(group reward std, this): timing noise between correct answers stays small "
+                "(0: plain GRPO normalization)")
+      ->capture_default_str();
   l->add_flag("--no-bdr", m.no_bdr, "ablation: all-failed groups are dropped, not buffered");
   l->add_option("--bdr-capacity", r.retry.capacity, "retry buffer entries")->capture_default_str();
   l->add_option("--bdr-prob", r.retry.reissue_prob, "probability that a batch slot is a repair task")->capture_default_str();

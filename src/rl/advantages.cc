@@ -1,12 +1,13 @@
 #include "rl/advantages.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/check.h"
 
 namespace mc::rl {
 
-std::vector<double> group_advantages(const std::vector<double>& rewards, int group_size, double eps) {
+std::vector<double> group_advantages(const std::vector<double>& rewards, int group_size, double eps, double std_floor) {
   MC_CHECK(group_size >= 1 && rewards.size() % static_cast<size_t>(group_size) == 0, "group advantages: ",
            rewards.size(), " rewards are not whole groups of ", group_size);
   std::vector<double> adv(rewards.size(), 0.0);
@@ -18,8 +19,10 @@ std::vector<double> group_advantages(const std::vector<double>& rewards, int gro
     double var = 0;
     for (size_t i = 0; i < g; ++i) var += (rewards[start + i] - mean) * (rewards[start + i] - mean);
     const double sd = g > 1 ? std::sqrt(var / static_cast<double>(g - 1)) : 0.0;
-    if (sd == 0) continue;  // all equal: no signal
-    for (size_t i = 0; i < g; ++i) adv[start + i] = (rewards[start + i] - mean) / (sd + eps);
+    // All equal, up to rounding (the mean of equal doubles can differ from them in the last bit).
+    if (sd < 1e-9) continue;
+    const double scale = std::max(sd, std_floor) + eps;
+    for (size_t i = 0; i < g; ++i) adv[start + i] = (rewards[start + i] - mean) / scale;
   }
   return adv;
 }

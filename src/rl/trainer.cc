@@ -65,6 +65,7 @@ void check_options(const RlOptions& o) {
            o.max_seq_len, ": a turn-1 sequence must fit one micro-batch");
   MC_CHECK(o.max_steps > 0 || o.epochs > 0, "give --max-steps or --epochs");
   MC_CHECK(o.max_problems >= 0, "--max-problems must be >= 0 (0: all)");
+  MC_CHECK(o.adv_std_floor >= 0, "--adv-std-floor must be >= 0 (0: plain group normalization), got ", o.adv_std_floor);
   MC_CHECK(o.loop_window == 0 || o.loop_window >= 16, "--stop-loops must be 0 (off) or at least 16 tokens, got ", o.loop_window);
   MC_CHECK(o.order == "curriculum" || o.order == "shuffle", "--order: '", o.order, "' is not curriculum or shuffle");
   MC_CHECK(o.mirror_delta >= 0, "--mirror-delta must be >= 0");
@@ -448,15 +449,18 @@ RlResult run_rl(const RlOptions& o) {
       std::vector<double> rewards;
       for (size_t i : scored) rewards.push_back(traj[i].reward);
       if (scored.size() >= 2) {
-        auto adv = group_advantages(rewards, static_cast<int>(rewards.size()));
+        auto adv = group_advantages(rewards, static_cast<int>(rewards.size()), 1e-6, o.adv_std_floor);
         for (size_t k = 0; k < scored.size(); ++k) traj[scored[k]].advantage = adv[k];
       }
       const std::string& key = tasks[mine[p].task].problem->key;
       add("groups", 1);
       if (mine[p].repair) add("repair_groups", 1);
       if (scored.empty()) continue;
-      bool all_equal = std::all_of(rewards.begin(), rewards.end(), [&](double r) { return r == rewards[0]; });
-      if (all_equal) add("zero_signal_groups", 1);
+      const bool signal = std::any_of(scored.begin(), scored.end(), [&](size_t i) { return traj[i].advantage != 0; });
+      if (!signal) add("zero_signal_groups", 1);
+      // Every answer passed at turn 1: what signal there is comes from the speed term alone.
+      if (signal && std::all_of(scored.begin(), scored.end(), [&](size_t i) { return traj[i].first_pass() == 1; }))
+        add("speed_only_groups", 1);
       if (!any_pass) {
         add("all_failed_groups", 1);
         const Trajectory& t = traj[scored[0]];
@@ -668,6 +672,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"repair_prompts", num(m, "repair_groups")},
                 {"all_failed_share", ratio(num(m, "all_failed_groups"), num(m, "groups"))},
                 {"zero_signal_share", ratio(num(m, "zero_signal_groups"), num(m, "groups"))},
+                {"speed_only_share", ratio(num(m, "speed_only_groups"), num(m, "groups"))},
                 {"bdr_size", static_cast<double>(buffer.size())},
                 {"bdr_added", static_cast<double>(after.added - before.added)},
                 {"bdr_reissued", static_cast<double>(repairs_drawn)},

@@ -51,6 +51,9 @@ struct RlOptions {
   bool cuda_graphs = true;
   // Reward.
   PrimeEchoOptions prime_echo;
+  // Advantages divide by max(std, this) (rl/advantages.h): reward spreads below it, such as
+  // timing noise between correct answers, give proportionally smaller advantages. 0: plain GRPO.
+  double adv_std_floor = 0.25;
   bool bdr = true;
   RetryBufferOptions retry;
   bool mirror_pop = true;

@@ -39,6 +39,26 @@ TEST(GroupAdvantages, NormalizedWithinEachGroup) {
   EXPECT_THROW(group_advantages({1, 2, 3}, 2), mc::Error);
 }
 
+TEST(GroupAdvantages, StdFloorKeepsTimingNoiseSmall) {
+  // Seven correct answers and one that timed 2% faster (reward +0.01 at lambda 0.5): plain
+  // normalization makes that a unit-size signal; the floor keeps it proportional.
+  std::vector<double> noise = {1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.11};
+  auto plain = group_advantages(noise, 8, 0.0);
+  EXPECT_NEAR(plain[7], 2.47, 0.01);
+  auto floored = group_advantages(noise, 8, 0.0, 0.25);
+  EXPECT_NEAR(floored[7], 0.00875 / 0.25, 1e-9);
+  EXPECT_NEAR(floored[0], -0.00125 / 0.25, 1e-9);
+  // A pass against a failure has a spread far above the floor: as before.
+  std::vector<double> mixed = {1.1, 1.1, 1.1, 1.1, 1.1, 1.1, 1.1, -1.0};
+  auto a = group_advantages(mixed, 8, 0.0), b = group_advantages(mixed, 8, 0.0, 0.25);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_DOUBLE_EQ(a[i], b[i]);
+  // Equal rewards whose mean rounds off in the last bit (8 x 0.1 sums to 0.7999...) carry no
+  // signal at all, with or without the floor.
+  std::vector<double> same(8, 0.1);
+  for (double x : group_advantages(same, 8)) EXPECT_EQ(x, 0.0);
+  for (double x : group_advantages(same, 8, 1e-6, 0.25)) EXPECT_EQ(x, 0.0);
+}
+
 TEST(RetryBuffer, CapacityEvictionReissueExpiryAndResume) {
   RetryBufferOptions o;
   o.capacity = 3;
