@@ -131,6 +131,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
   l->add_option("--verifier", r.verifier_url, "MooreEval service URL (default: in process)");
+  l->add_option("--verdict-memory", r.verdict_memory,
+                "answers remembered with their verdicts: the same answer to a problem in a later step is not judged "
+                "again (0: judge every answer)")
+      ->capture_default_str();
   l->add_option("--verifier-token", r.verifier_token, "bearer token for --verifier");
   l->add_option("--verify-device", m.verify_device, "cuda, or cpu (judges on the CPU: tests)")->capture_default_str();
   l->add_option("--verify-gpus", m.verify_gpus, "GPUs the judges time on (default: this rank's own, held while it generates and trains)");

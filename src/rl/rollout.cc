@@ -75,6 +75,7 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
   b.prompts = prompts;
   b.opts = o;
   b.id_base = id_base;
+  for (const auto& p : prompts) b.keys.push_back(tasks[p.task].problem->key);
   for (size_t p = 0; p < prompts.size(); ++p)
     for (int g = 0; g < o.group_size; ++g) {
       Trajectory t;
@@ -174,6 +175,15 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
       b.twins.push_back(i);
       return;
     }
+    if (o.memory)
+      if (const eval::EvalResult* earlier = o.memory->find(task.problem->key, t.turns.back().text)) {
+        TurnRecord& rec = t.turns.back();
+        rec.result = *earlier;
+        rec.result.sample_id = sample_id(o.tag, t, turn);
+        rec.reused = true;
+        ++b.reused_answers;
+        return;
+      }
     eval::Candidate c;
     c.problem = task.problem;
     c.problem_ref = task.problem->key;
@@ -236,10 +246,15 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
   std::vector<Trajectory>& traj = b.traj;
   std::vector<size_t> ids;
   for (size_t i : b.answering)
-    if (!traj[i].turns.back().twin_of) ids.push_back(b.id_base + i);
+    if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) ids.push_back(b.id_base + i);
   auto t1 = Clock::now();
   for (auto& [id, r] : verifier_.collect(ids)) traj[id - b.id_base].turns.back().result = std::move(r);
   if (stats) stats->verify_wait_s += since(t1);
+  if (b.opts.memory)
+    for (size_t id : ids) {
+      const Trajectory& t = traj[id - b.id_base];
+      b.opts.memory->remember(b.keys[t.prompt], t.turns.back().text, t.turns.back().result);
+    }
   for (size_t i : b.twins) {
     TurnRecord& rec = traj[i].turns.back();
     rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
@@ -276,7 +291,8 @@ nlohmann::json RolloutBatch::to_json(const std::vector<synth::Task>& tasks) cons
     for (const auto& r : t.turns)
       turns.push_back({{"context", r.context}, {"tokens", r.tokens}, {"logprobs", r.logprobs}, {"text", r.text},
                        {"finish_reason", r.finish_reason}, {"result", eval::to_json(r.result)}, {"planted", r.planted},
-                       {"twin_of", r.twin_of ? json{r.twin_of->first, r.twin_of->second} : json()}});
+                       {"twin_of", r.twin_of ? json{r.twin_of->first, r.twin_of->second} : json()},
+                       {"reused", r.reused}});
     ts.push_back({{"prompt", t.prompt}, {"sample", t.sample}, {"stop", t.stop_reason}, {"turns", turns},
                   {"convo", turns_json(convo[i])}});
   }
@@ -284,7 +300,7 @@ nlohmann::json RolloutBatch::to_json(const std::vector<synth::Task>& tasks) cons
   for (const auto& [k, v] : judged) jd.push_back({k.first, k.second, v.first, v.second});
   // `answering` and `twins` matter only until a turn is collected: not saved.
   return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"id_base", id_base},
-          {"answers", answers}, {"twin_answers", twin_answers}};
+          {"answers", answers}, {"twin_answers", twin_answers}, {"reused_answers", reused_answers}};
 }
 
 RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key) {
@@ -299,6 +315,7 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
     MC_CHECK(it != task_by_key.end(), "--resume: the checkpoint's next rollouts ask for problem ", p.at("problem").dump(),
              ", which is no longer in --problems");
     b.prompts.push_back({it->second, p.at("repair").get<bool>(), turns_from(p.at("messages")), p.at("seed").get<uint64_t>()});
+    b.keys.push_back(it->first);
   }
   for (const auto& tj : j.at("trajectories")) {
     Trajectory t;
@@ -315,6 +332,7 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
       rec.result = eval::result_from_json(r.at("result"));
       rec.planted = r.at("planted").get<bool>();
       if (!r.at("twin_of").is_null()) rec.twin_of = std::make_pair(r["twin_of"][0].get<size_t>(), r["twin_of"][1].get<int>());
+      rec.reused = r.value("reused", false);
       t.turns.push_back(std::move(rec));
     }
     b.traj.push_back(std::move(t));
@@ -326,6 +344,7 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
   b.id_base = j.at("id_base").get<size_t>();
   b.answers = j.at("answers").get<int64_t>();
   b.twin_answers = j.at("twin_answers").get<int64_t>();
+  b.reused_answers = j.value("reused_answers", int64_t{0});
   b.collected = true;
   return b;
 }

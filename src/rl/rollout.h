@@ -31,6 +31,7 @@
 #include "eval/result.h"
 #include "generate/engine.h"
 #include "model/qwen_model.h"
+#include "rl/verdict_memory.h"
 #include "serve/verifier.h"
 #include "synth/task_set.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -55,6 +56,7 @@ struct TurnRecord {
   // (trajectory, turn) of an identical answer judged earlier in the step, whose verdict this
   // one shares (it was not judged again).
   std::optional<std::pair<size_t, int>> twin_of;
+  bool reused = false;           // the verdict of the same answer judged in an earlier step (VerdictMemory)
   bool passed() const { return result.verdict == eval::Verdict::kOk; }
   bool infra() const { return result.is_infra() || !result.reward; }
   double score() const { return result.reward.value_or(0.0); }  // s_k
@@ -87,6 +89,7 @@ struct RolloutOptions {
   bool progress = true;
   std::string tag;               // sample ids: "<tag>-p<prompt>-g<sample>-t<turn>"
   int64_t step = 0;              // 1-based, for planted answers
+  VerdictMemory* memory = nullptr;  // verdicts of earlier steps' answers (null: judge every answer)
 };
 
 // Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
@@ -108,8 +111,9 @@ struct RolloutBatch {
   bool collected = true;
   std::vector<size_t> answering;  // trajectories that answered the last generated turn
   std::vector<size_t> twins;      // ... of which share an earlier answer's verdict
+  std::vector<std::string> keys;  // per prompt: its problem's key
   size_t id_base = 0;
-  int64_t answers = 0, twin_answers = 0;  // over all turns
+  int64_t answers = 0, twin_answers = 0, reused_answers = 0;  // over all turns
   // Checkpoints: a batch whose last turn is collected (tasks by problem key). `opts` is not
   // saved: the owner sets it (the trainer derives it from the step).
   nlohmann::json to_json(const std::vector<synth::Task>& tasks) const;

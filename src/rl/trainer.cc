@@ -65,6 +65,7 @@ void check_options(const RlOptions& o) {
            o.max_seq_len, ": a turn-1 sequence must fit one micro-batch");
   MC_CHECK(o.max_steps > 0 || o.epochs > 0, "give --max-steps or --epochs");
   MC_CHECK(o.max_problems >= 0, "--max-problems must be >= 0 (0: all)");
+  MC_CHECK(o.verdict_memory >= 0, "--verdict-memory must be >= 0 (0: judge every answer)");
   MC_CHECK(o.adv_std_floor >= 0, "--adv-std-floor must be >= 0 (0: plain group normalization), got ", o.adv_std_floor);
   MC_CHECK(o.loop_window == 0 || o.loop_window >= 16, "--stop-loops must be 0 (off) or at least 16 tokens, got ", o.loop_window);
   MC_CHECK(o.order == "curriculum" || o.order == "shuffle", "--order: '", o.order, "' is not curriculum or shuffle");
@@ -187,7 +188,7 @@ json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::T
                      {"verdict", eval::to_string(r.result.verdict)}, {"reason", r.result.reason}, {"rule", r.result.rule},
                      {"speedup", r.result.speedup ? json(*r.result.speedup) : json()},
                      {"score", r.result.reward ? json(*r.result.reward) : json()}, {"feedback", r.result.feedback},
-                     {"planted", r.planted}});
+                     {"planted", r.planted}, {"reused", r.reused}});
   json messages = json::array();
   for (const auto& m : p.messages) messages.push_back({{"role", m.role}, {"content", m.content}});
   return {{"problem", task.problem->key}, {"repair", p.repair}, {"sample", t.sample}, {"reward", t.reward},
@@ -265,6 +266,8 @@ RlResult run_rl(const RlOptions& o) {
   RetryBufferOptions ro = o.retry;
   ro.seed = o.seed ^ 0xB0F5ull;
   RetryBuffer buffer(ro);
+  VerdictMemory memory(static_cast<size_t>(o.verdict_memory));
+  auto memory_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-verdicts-rank{:05d}.json", dist.rank()); };
   train::LrSchedule sched = o.schedule;
   sched.total_steps = o.max_steps > 0
                           ? o.max_steps
@@ -288,6 +291,8 @@ RlResult run_rl(const RlOptions& o) {
     index = st.at("data_position").at("index").get<int64_t>();
     elapsed = st.value("elapsed_s", 0.0);
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
+    if (fs::exists(memory_file(ckpt->dir)))
+      memory = VerdictMemory::from_json(json::parse(std::ifstream(memory_file(ckpt->dir))), static_cast<size_t>(o.verdict_memory));
     MC_CHECK(st.value("async", false) == o.async, "--resume: the run in ", ckpt->dir, (o.async ? " ran without" : " ran with"),
              " --async (give the same)");
     if (o.async && fs::exists(next_file(ckpt->dir)))
@@ -330,6 +335,7 @@ RlResult run_rl(const RlOptions& o) {
                                std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
                                    << to_json(pending).dump() << "\n";
                              if (next) std::ofstream(next_file(dir)) << dump_json(to_json(*next, tasks)) << "\n";
+                             if (memory.enabled()) std::ofstream(memory_file(dir)) << dump_json(memory.to_json()) << "\n";
                            });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
   };
@@ -387,6 +393,7 @@ RlResult run_rl(const RlOptions& o) {
     ropt.hold_judges = o.hold_judges;
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
+    ropt.memory = memory.enabled() ? &memory : nullptr;
     return ropt;
   };
   // Verifier ids of a step's answers, apart from the next step's (both outstanding with --async).
@@ -434,6 +441,7 @@ RlResult run_rl(const RlOptions& o) {
     json events = json::array();
     auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
     add("twin_answers", static_cast<double>(cur.batch.twin_answers));
+    add("reused_answers", static_cast<double>(cur.batch.reused_answers));
     for (size_t p = 0; p < mine.size(); ++p) {
       std::vector<size_t> scored;
       bool any_pass = false;
@@ -701,6 +709,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
                 {"answers", answers},
                 {"twin_answers_share", ratio(num(m, "twin_answers"), num(m, "answers") + num(m, "infra_answers"))},
+                {"reused_verdicts_share", ratio(num(m, "reused_answers"), num(m, "answers") + num(m, "infra_answers"))},
                 {"context_full", num(m, "context_full")},
                 {"generate_s", rstats.generate_s},
                 {"verify_wait_s", rstats.verify_wait_s},

@@ -78,6 +78,9 @@ struct RlOptions {
   eval::EvalConfig eval_config;
   eval::EvaluatorOptions evaluator;
   bool hold_judges = true;     // false when the judges time on GPUs of their own
+  // Answers remembered with their verdicts (rl/verdict_memory.h): the same answer to the same
+  // problem in a later step gets the earlier verdict instead of being judged again. 0: off.
+  int64_t verdict_memory = 4096;
   // Run.
   int64_t save_every = 0, keep_last = 3, samples_every = 10;
   int samples_to_write = 4;

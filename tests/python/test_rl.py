@@ -133,6 +133,13 @@ def test_rl_steps_reach_every_branch(setup):
     # Step 2: the buffered problem comes back as a repair task (first slot) and is repaired.
     assert s2["repair_prompts"] == 1 and s2["bdr_reissued"] == 1
     assert s2["bdr_recovered"] == 1 and s2["bdr_repaired_removed"] == 1 and s2["bdr_size"] == 0
+    # Step 2 answers 1_Add again with step 1's answers: their verdicts are remembered, not judged
+    # again (rl/verdict_memory.h), and they are the same verdicts.
+    assert s1["reused_verdicts_share"] == 0 and s2["reused_verdicts_share"] > 0
+    t2 = read_jsonl(out / "samples" / "step-00000002.jsonl")
+    add1 = {t["sample"]: [x["verdict"] for x in t["turns"]] for t in read_jsonl(out / "samples" / "step-00000001.jsonl")
+            if t["problem"] == "1_Add"}
+    assert {t["sample"]: [x["verdict"] for x in t["turns"]] for t in t2 if t["problem"] == "1_Add"} == add1
     # Step 3: nothing waits, so two fresh prompts; 2_ReLU, now answered by the model alone,
     # fails entirely again and re-enters the buffer.
     assert s3["repair_prompts"] == 0 and s3["bdr_added"] == 1 and s3["bdr_size"] == 1
@@ -307,8 +314,11 @@ def test_async_through_the_service(setup):
 def test_ablation_switches(setup):
     base = setup[0]
     out = base / "ablate"
-    mc(*rl_args(setup, out, "--max-steps", "2", "--no-bdr", "--no-primeecho", "--no-mirrorpop", "--profile-step", "2"))
+    mc(*rl_args(setup, out, "--max-steps", "2", "--no-bdr", "--no-primeecho", "--no-mirrorpop", "--profile-step", "2",
+                "--verdict-memory", "0"))
     s1, s2 = read_jsonl(out / "metrics.jsonl")
+    # No verdict memory: step 2's repeated answers are judged again.
+    assert s2["reused_verdicts_share"] == 0
     # The engine's counts are in every row; step 2 was profiled with libtorch's profiler.
     assert s1["gen_decode_steps"] > 0 and 1 <= s1["gen_rows_per_decode_step"] <= 4 and s1["gen_span_mean"] > 0
     prof = json.load(open(out / "profile" / "step-2.json"))

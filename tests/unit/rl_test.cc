@@ -11,6 +11,7 @@
 #include "rl/mirror_pop.h"
 #include "rl/prime_echo.h"
 #include "rl/retry_buffer.h"
+#include "rl/verdict_memory.h"
 
 using namespace mc::rl;
 
@@ -147,4 +148,39 @@ TEST(PolicyLoss, ClippedSurrogateAndItsGradient) {
   EXPECT_NEAR(k.kl, k3, 1e-6);
   EXPECT_NEAR(k.loss.item<double>(), 0.5 * 3 * k3 / 6, 1e-6);
   EXPECT_THROW(clipped_policy_loss(lp2, old_lp.to(at::kFloat), at::zeros({4}), mask, o), mc::Error);
+}
+
+TEST(VerdictMemory, RemembersJudgedAnswersEvictsTheOldestAndRoundTrips) {
+  auto verdict = [](mc::eval::Verdict v, double reward) {
+    mc::eval::EvalResult r;
+    r.verdict = v;
+    r.reward = reward;
+    return r;
+  };
+  VerdictMemory m(2);
+  m.remember("p1", "a", verdict(mc::eval::Verdict::kOk, 1.2));
+  m.remember("p1", "b", verdict(mc::eval::Verdict::kCompileError, -1));
+  // Never a score: infra errors (and results without a reward) are not remembered.
+  mc::eval::EvalResult infra = verdict(mc::eval::Verdict::kInfraError, 0);
+  infra.reward.reset();
+  m.remember("p2", "a", infra);
+  ASSERT_TRUE(m.find("p1", "a"));
+  EXPECT_EQ(*m.find("p1", "a")->reward, 1.2);
+  EXPECT_FALSE(m.find("p2", "a"));  // same text, another problem
+  EXPECT_EQ(m.size(), 2u);
+  // A third answer evicts the oldest.
+  m.remember("p3", "c", verdict(mc::eval::Verdict::kIncorrect, -1));
+  EXPECT_FALSE(m.find("p1", "a"));
+  EXPECT_TRUE(m.find("p1", "b") && m.find("p3", "c"));
+  auto back = VerdictMemory::from_json(nlohmann::json::parse(m.to_json().dump()), 2);
+  EXPECT_EQ(back.size(), 2u);
+  EXPECT_EQ(back.find("p3", "c")->verdict, mc::eval::Verdict::kIncorrect);
+  // The next eviction order survives the round trip: "b" is still the oldest.
+  back.remember("p4", "d", verdict(mc::eval::Verdict::kOk, 1));
+  EXPECT_FALSE(back.find("p1", "b"));
+  EXPECT_TRUE(back.find("p3", "c"));
+  // Capacity 0: off.
+  VerdictMemory off(0);
+  off.remember("p1", "a", verdict(mc::eval::Verdict::kOk, 1));
+  EXPECT_FALSE(off.enabled() || off.find("p1", "a"));
 }

@@ -1,0 +1,35 @@
+#include "rl/verdict_memory.h"
+
+namespace mc::rl {
+
+const eval::EvalResult* VerdictMemory::find(const std::string& problem, const std::string& answer) const {
+  auto it = by_answer_.find({problem, answer});
+  return it == by_answer_.end() ? nullptr : &it->second;
+}
+
+void VerdictMemory::remember(const std::string& problem, const std::string& answer, const eval::EvalResult& r) {
+  if (capacity_ == 0 || r.is_infra() || !r.reward) return;
+  Key k{problem, answer};
+  auto [it, fresh] = by_answer_.insert_or_assign(k, r);
+  (void)it;
+  if (!fresh) return;
+  order_.push_back(std::move(k));
+  while (order_.size() > capacity_) {
+    by_answer_.erase(order_.front());
+    order_.pop_front();
+  }
+}
+
+nlohmann::json VerdictMemory::to_json() const {
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& k : order_) a.push_back({k.first, k.second, eval::to_json(by_answer_.at(k))});
+  return a;
+}
+
+VerdictMemory VerdictMemory::from_json(const nlohmann::json& j, size_t capacity) {
+  VerdictMemory m(capacity);
+  for (const auto& e : j) m.remember(e.at(0).get<std::string>(), e.at(1).get<std::string>(), eval::result_from_json(e.at(2)));
+  return m;
+}
+
+}  // namespace mc::rl
