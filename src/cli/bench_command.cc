@@ -48,8 +48,7 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--top-p", m.o.sampling.top_p, "nucleus sampling")->capture_default_str();
   s->add_option("--max-new-tokens", m.o.sampling.max_new_tokens, "per answer")->capture_default_str();
   s->add_option("--seed", m.o.sampling.seed, "sampling seed")->capture_default_str();
-  s->add_option("--stop-loops", m.o.sampling.loop_window, "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason loop; 0: off)")
-      ->capture_default_str();
+  add_stop_loops_option(s, m.o.sampling.loop_window);
   s->add_option("--prompt", m.o.prompt, "kernelbench (KernelBench's own one-shot prompt) or musacoder (synth's task prompt)")
       ->capture_default_str()->check(CLI::IsMember({"kernelbench", "musacoder"}));
   s->add_option("--format", m.o.format, "solution format asked for: kernelbench or native (default kernelbench)")

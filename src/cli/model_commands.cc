@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "cli/run_options.h"
 #include "common/check.h"
 #include "common/jsonl.h"
 #include "common/progress.h"
@@ -112,8 +113,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--stop", m.sp.stop, "stop string (repeatable)");
   m.gen->add_option("--stop-token-id", m.sp.stop_token_ids, "stop token id (repeatable)");
   m.gen->add_flag("--ignore-eos", m.sp.ignore_eos, "do not stop at the model's EOS tokens");
-  m.gen->add_option("--stop-loops", m.sp.loop_window, "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason loop; 0: off)")
-      ->capture_default_str();
+  add_stop_loops_option(m.gen, m.sp.loop_window);
   m.gen->add_flag("--chat", m.chat, "wrap text prompts in ChatML as a user turn (stops at <|im_end|>)");
   m.gen->add_option("--system", m.system, "system turn for --chat");
   m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();

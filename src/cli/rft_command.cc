@@ -33,8 +33,7 @@ RftCommand::RftCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--temperature", m.o.temperature, "sampling temperature")->capture_default_str();
   s->add_option("--top-p", m.o.top_p, "nucleus sampling")->capture_default_str();
   s->add_option("--max-new-tokens", m.o.max_new_tokens, "per answer")->capture_default_str();
-  s->add_option("--stop-loops", m.o.loop_window, "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason loop; 0: off)")
-      ->capture_default_str();
+  add_stop_loops_option(s, m.o.loop_window);
   s->add_option("--seed", m.o.seed, "sampling seed (per problem: seed + its index)")->capture_default_str();
   s->add_option("--model-device", m.o.model_device, "where the policy runs: auto, cpu, cuda, cuda:N")->capture_default_str();
   s->add_option("--max-batch", m.o.max_batch, "sequences decoded at once")->capture_default_str();

@@ -29,6 +29,13 @@ std::vector<int> parse_gpus(const std::string& s) {
   return out;
 }
 
+void add_stop_loops_option(CLI::App* app, int& loop_window) {
+  app->add_option("--stop-loops", loop_window,
+                  "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason "
+                  "loop; 0: off)")
+      ->capture_default_str();
+}
+
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
   auto* p = app->add_option("--problems", o.problems,
                             "folder of KernelBench problems, or a KernelBench checkout")

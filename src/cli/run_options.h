@@ -38,6 +38,9 @@ std::string default_cache_dir();  // $XDG_CACHE_HOME/musacoder or ~/.cache/musac
 std::vector<int> parse_gpus(const std::string& s);
 // --problems is required unless `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
+// --stop-loops W of every command that samples (gen::SamplingParams::loop_window,
+// generate/repetition.h).
+void add_stop_loops_option(CLI::App* app, int& loop_window);
 // The in-process judges of commands that verify answers they make or fetch (rft, bench-model):
 // --gpus --device --cache-dir --timing-budget --trial-timeout --spares --lanes --cuda-arch --no-progress.
 void add_judge_options(CLI::App* app, RunOptions& o);

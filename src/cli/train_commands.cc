@@ -94,8 +94,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--temperature", r.temperature)->capture_default_str();
   l->add_option("--top-p", r.top_p)->capture_default_str();
   l->add_option("--max-new-tokens", r.max_new_tokens, "tokens per answer")->capture_default_str();
-  l->add_option("--stop-loops", r.loop_window, "stop an answer once its last W tokens are one block of at most W/4 tokens repeated (finish_reason loop; 0: off)")
-      ->capture_default_str();
+  add_stop_loops_option(l, r.loop_window);
   l->add_option("--max-turns", r.max_turns, "answers per trajectory (1: single-turn GRPO)")->capture_default_str();
   l->add_option("--max-seq-len", r.max_seq_len, "tokens of a whole conversation (the engine's cache length)")->capture_default_str();
   l->add_option("--max-batch", r.max_batch, "sequences the engine decodes at once")->capture_default_str();

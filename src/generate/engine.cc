@@ -67,8 +67,8 @@ struct GenerationEngine::Impl {
   std::vector<int32_t> eos;
   at::Tensor tokens_buf, pos_buf, logits_buf;
   // A decode step's inputs, staged on the host (pinned on CUDA) and copied to the device in two
-  // copies without a sync: rows of in_i64 are tokens, positions, seeds and steps; rows of in_f32
-  // temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
+  // copies without a sync: rows of in_i64 are tokens, positions, seeds, steps and top-k; rows of
+  // in_f32 temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
   // tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in out_*.
   at::Tensor in_i64_h, in_f32_h, in_i64, in_f32, out_tok, out_lp, out_tok_h, out_lp_h;
   bool graphs = false;
@@ -93,9 +93,9 @@ struct GenerationEngine::Impl {
     eos = model.config().eos_token_ids;
     auto dev = at::TensorOptions().device(model.device());
     auto host = at::TensorOptions().pinned_memory(model.device().is_cuda());
-    in_i64_h = at::zeros({4, opts.max_batch}, host.dtype(at::kLong));
+    in_i64_h = at::zeros({5, opts.max_batch}, host.dtype(at::kLong));
     in_f32_h = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
-    in_i64 = at::zeros({4, opts.max_batch}, dev.dtype(at::kLong));
+    in_i64 = at::zeros({5, opts.max_batch}, dev.dtype(at::kLong));
     in_f32 = at::zeros({2, opts.max_batch}, dev.dtype(at::kFloat));
     out_tok = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
     out_lp = at::zeros({opts.max_batch}, dev.dtype(at::kFloat));
@@ -149,7 +149,8 @@ struct GenerationEngine::Impl {
     if (caught_in_loop(s.c.tokens, sp.loop_window)) return finish(s, "loop", s.bytes.size());
   }
 
-  // Per-row sampling parameters, filled through raw pointers: element-wise tensor indexing
+  // Per-row sampling parameters of the sequences admitted together (their first token; decode
+  // steps read theirs from the staged inputs), filled through raw pointers: element-wise tensor indexing
   // costs microseconds per element, which at 512 rows a step dominated the whole step.
   SamplerBatch sampler_batch(const std::vector<Seq*>& rows) {
     const int64_t n = rows.size();
@@ -235,6 +236,20 @@ struct GenerationEngine::Impl {
   }
 
   // --- decode -------------------------------------------------------------------------------
+  // The sampler's per-row parameters for the first `batch` rows of a decode step: views of the
+  // staged device inputs (decode_step fills them).
+  SamplerBatch staged_sampler_batch(int64_t batch, bool any_top_p, bool any_top_k) {
+    SamplerBatch b;
+    b.temperature = in_f32[0].narrow(0, 0, batch);
+    b.top_p = in_f32[1].narrow(0, 0, batch);
+    b.seed = in_i64[2].narrow(0, 0, batch);
+    b.step = in_i64[3].narrow(0, 0, batch);
+    b.top_k = in_i64[4].narrow(0, 0, batch);
+    b.any_top_p = any_top_p;
+    b.any_top_k = any_top_k;
+    return b;
+  }
+
   // The model step for `batch` rows over `span` cache positions into logits_buf, and with
   // `sampling` >= 0 the sampler into out_tok / out_lp (1: with top-p): replayed from a CUDA
   // graph per (batch, span, sampling) where graphs are on.
@@ -243,14 +258,8 @@ struct GenerationEngine::Impl {
     auto body = [&] {
       model.decode(tokens_buf, pos_buf, cache, batch, span, out, opts.decode_attention);
       if (sampling < 0) return;
-      SamplerBatch b;
-      b.temperature = in_f32[0].narrow(0, 0, batch);
-      b.top_p = in_f32[1].narrow(0, 0, batch);
-      b.seed = in_i64[2].narrow(0, 0, batch);
-      b.step = in_i64[3].narrow(0, 0, batch);
-      b.any_top_p = sampling == 1;
       auto tok = out_tok.narrow(0, 0, batch), lp = out_lp.narrow(0, 0, batch);
-      sample_into(out, b, tok, lp);
+      sample_into(out, staged_sampler_batch(batch, /*any_top_p=*/sampling == 1, /*any_top_k=*/false), tok, lp);
     };
 #ifdef MUSACODER_CUDA
     if (graphs) {
@@ -295,6 +304,7 @@ struct GenerationEngine::Impl {
       ip[B + i] = s ? s->pos : 0;
       ip[2 * B + i] = s ? static_cast<int64_t>(s->seed) : 0;
       ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) : 0;
+      ip[4 * B + i] = sp ? sp->top_k : 0;
       fp[i] = sp ? sp->temperature : 0.f;
       fp[B + i] = sp ? sp->top_p : 1.f;
       if (s) {
@@ -332,7 +342,7 @@ struct GenerationEngine::Impl {
       toks = out_tok_h;
       lps = out_lp_h;
     } else {
-      auto out = sample(logits_buf.narrow(0, 0, batch), sampler_batch(rows));
+      auto out = sample(logits_buf.narrow(0, 0, batch), staged_sampler_batch(batch, any_top_p, any_top_k));
 #ifdef MUSACODER_CUDA
       if (stream) e2->record();
 #endif

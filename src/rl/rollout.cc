@@ -75,7 +75,6 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
   b.prompts = prompts;
   b.opts = o;
   b.id_base = id_base;
-  for (const auto& p : prompts) b.keys.push_back(tasks[p.task].problem->key);
   for (size_t p = 0; p < prompts.size(); ++p)
     for (int g = 0; g < o.group_size; ++g) {
       Trajectory t;
@@ -250,10 +249,12 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
   auto t1 = Clock::now();
   for (auto& [id, r] : verifier_.collect(ids)) traj[id - b.id_base].turns.back().result = std::move(r);
   if (stats) stats->verify_wait_s += since(t1);
+  // This turn's answers that were judged now: the (problem, text) entries of `judged` that
+  // point at this turn, less those whose verdict came from the memory.
   if (b.opts.memory)
-    for (size_t id : ids) {
-      const Trajectory& t = traj[id - b.id_base];
-      b.opts.memory->remember(b.keys[t.prompt], t.turns.back().text, t.turns.back().result);
+    for (const auto& [answer, where] : b.judged) {
+      const TurnRecord& rec = traj[where.first].turns[static_cast<size_t>(where.second - 1)];
+      if (where.second == b.turns && !rec.reused) b.opts.memory->remember(answer.first, answer.second, rec.result);
     }
   for (size_t i : b.twins) {
     TurnRecord& rec = traj[i].turns.back();
@@ -315,7 +316,6 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
     MC_CHECK(it != task_by_key.end(), "--resume: the checkpoint's next rollouts ask for problem ", p.at("problem").dump(),
              ", which is no longer in --problems");
     b.prompts.push_back({it->second, p.at("repair").get<bool>(), turns_from(p.at("messages")), p.at("seed").get<uint64_t>()});
-    b.keys.push_back(it->first);
   }
   for (const auto& tj : j.at("trajectories")) {
     Trajectory t;

@@ -111,7 +111,6 @@ struct RolloutBatch {
   bool collected = true;
   std::vector<size_t> answering;  // trajectories that answered the last generated turn
   std::vector<size_t> twins;      // ... of which share an earlier answer's verdict
-  std::vector<std::string> keys;  // per prompt: its problem's key
   size_t id_base = 0;
   int64_t answers = 0, twin_answers = 0, reused_answers = 0;  // over all turns
   // Checkpoints: a batch whose last turn is collected (tasks by problem key). `opts` is not

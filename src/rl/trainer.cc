@@ -118,14 +118,17 @@ void merge_into(json& a, const json& b) {
 double num(const json& j, const std::string& k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; }
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+// Curriculum order: level, then synth's difficulty.
+bool curriculum_before(const synth::Task& a, const synth::Task& b) {
+  return std::tie(a.level, a.difficulty) < std::tie(b.level, b.difficulty);
+}
+
 // The order tasks are drawn in, for one epoch.
 std::vector<size_t> epoch_order(const std::vector<synth::Task>& tasks, const std::string& order, uint64_t seed, int64_t epoch) {
   std::vector<size_t> idx(tasks.size());
   std::iota(idx.begin(), idx.end(), 0);
   if (order == "curriculum") {
-    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) {
-      return std::tie(tasks[a].level, tasks[a].difficulty) < std::tie(tasks[b].level, tasks[b].difficulty);
-    });
+    std::stable_sort(idx.begin(), idx.end(), [&](size_t a, size_t b) { return curriculum_before(tasks[a], tasks[b]); });
   } else {
     std::mt19937_64 rng(gen::step_key(seed, static_cast<uint64_t>(epoch)));
     std::shuffle(idx.begin(), idx.end(), rng);
@@ -228,9 +231,7 @@ RlResult run_rl(const RlOptions& o) {
   MC_CHECK(!tasks.empty(), o.problems, ": nothing to train on: ", all_tasks.size(), " problem(s), and every prompt with --max-new-tokens ",
            o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
   if (o.max_problems > 0 && static_cast<int64_t>(tasks.size()) > o.max_problems) {
-    std::stable_sort(tasks.begin(), tasks.end(), [](const synth::Task& a, const synth::Task& b) {
-      return std::tie(a.level, a.difficulty) < std::tie(b.level, b.difficulty);
-    });
+    std::stable_sort(tasks.begin(), tasks.end(), curriculum_before);
     tasks.resize(static_cast<size_t>(o.max_problems));
   }
   std::map<std::string, size_t> task_by_key;
