@@ -217,7 +217,11 @@ TEST(RedisQueue, UnreadableEntryIsDeadLetteredAtOnce) {
   r({"XADD", "mc:stream:compile", "*", "id", "deadbeef", "job", "{not json"});
   r({"XADD", "mc:stream:compile", "*", "id", "cafe", "job", R"({"id": "cafe", "answer": 3})"});
   test::WorkerProc w(redis.url(), "reader", (caches.path() / "w").string());
-  ASSERT_TRUE(wait_for([&] { return xlen(r, "mc:stream:dead") == 2; }, 60, 100)) << w.log();
+  // dead_letter() writes the dead-letter entry first and the result just after, so wait
+  // for both: the count alone can be seen before "cafe"'s result is stored.
+  ASSERT_TRUE(wait_for([&] { return xlen(r, "mc:stream:dead") == 2 && result_of(r, "cafe").has_value(); },
+                       60, 100))
+      << w.log();
   auto res = result_of(r, "cafe");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->value("verdict", ""), "infra_error");
