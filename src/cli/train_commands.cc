@@ -30,6 +30,7 @@ struct TrainCommands::Impl {
   bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
   int compile_workers = 0, spares = 0, lanes = 0;
   std::string cuda_arch;
+  std::vector<std::string> anchor_data;
 };
 
 TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -129,6 +130,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
+  l->add_option("--anchor-data", m.anchor_data,
+                "SFT-format JSONL (comma-separated or repeated) whose token loss is reported as anchor_loss before "
+                "the first step and after updates: what the run loses of what SFT taught (never trained on)");
+  l->add_option("--anchor-every", r.anchor_every, "measure the anchor loss every N steps")->capture_default_str();
   l->add_option("--verifier", r.verifier_url, "MooreEval service URL (default: in process)");
   l->add_option("--verdict-memory", r.verdict_memory,
                 "answers remembered with their verdicts: the same answer to a problem in a later step is not judged "
@@ -189,6 +194,8 @@ std::optional<int> TrainCommands::run() {
     r.backend = m.backend;
     MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
+    for (const auto& d : m.anchor_data)
+      for (auto& p : train::split_paths(d)) r.anchor_data.push_back(p);
     r.prime_echo.enabled = !m.no_primeecho;
     r.bdr = !m.no_bdr;
     r.mirror_pop = !m.no_mirrorpop;

@@ -39,6 +39,7 @@
 #include "train/loss.h"
 #include "train/metrics.h"
 #include "train/profiler.h"
+#include "train/token_loss.h"
 
 namespace mc::rl {
 namespace fs = std::filesystem;
@@ -65,6 +66,8 @@ void check_options(const RlOptions& o) {
            o.max_seq_len, ": a turn-1 sequence must fit one micro-batch");
   MC_CHECK(o.max_steps > 0 || o.epochs > 0, "give --max-steps or --epochs");
   MC_CHECK(o.max_problems >= 0, "--max-problems must be >= 0 (0: all)");
+  MC_CHECK(o.anchor_every >= 1, "--anchor-every must be at least 1, got ", o.anchor_every);
+  for (const auto& f : o.anchor_data) MC_CHECK(fs::is_regular_file(f), "--anchor-data: no file ", f);
   MC_CHECK(o.verdict_memory >= 0, "--verdict-memory must be >= 0 (0: judge every answer)");
   MC_CHECK(o.adv_std_floor >= 0, "--adv-std-floor must be >= 0 (0: plain group normalization), got ", o.adv_std_floor);
   MC_CHECK(o.loop_window == 0 || o.loop_window >= 16, "--stop-loops must be 0 (off) or at least 16 tokens, got ", o.loop_window);
@@ -250,6 +253,8 @@ RlResult run_rl(const RlOptions& o) {
   train::check_tokenizer_fits(tok, model.config().vocab_size, o.model_dir);
   MC_CHECK(o.max_seq_len <= model.config().max_position_embeddings, "--max-seq-len ", o.max_seq_len,
            " exceeds the model's max_position_embeddings ", model.config().max_position_embeddings);
+  std::vector<train::Example> anchor;
+  if (!o.anchor_data.empty()) anchor = train::load_examples(o.anchor_data, tok, o.max_seq_len);
   std::optional<model::QwenModel> ref;
   if (o.loss.kl_coef > 0) ref.emplace(model::QwenModel::load(o.model_dir, device, model.dtype()));
   train::ShardedAdamW opt(model, dist, o.adamw);
@@ -280,6 +285,8 @@ RlResult run_rl(const RlOptions& o) {
   std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
+  double anchor_start = 0;  // the anchor set's loss before the first step
+  bool anchor_start_known = false;
   std::vector<TrainSeq> pending;  // --off-policy 1: last step's rollouts, trained this step
   if (ckpt) {
     json st = train::load_checkpoint(*ckpt, opt, dist);
@@ -291,6 +298,10 @@ RlResult run_rl(const RlOptions& o) {
     epoch = st.at("data_position").at("epoch").get<int64_t>();
     index = st.at("data_position").at("index").get<int64_t>();
     elapsed = st.value("elapsed_s", 0.0);
+    if (st.contains("anchor_loss_start") && !anchor.empty()) {
+      anchor_start = st["anchor_loss_start"].get<double>();
+      anchor_start_known = true;
+    }
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
     if (fs::exists(memory_file(ckpt->dir)))
       memory = VerdictMemory::from_json(json::parse(std::ifstream(memory_file(ckpt->dir))), static_cast<size_t>(o.verdict_memory));
@@ -317,6 +328,8 @@ RlResult run_rl(const RlOptions& o) {
     for (const auto& t : tasks) keys += t.problem->key + "\n";
     write_file_atomic(fs::path(o.out_dir) / "problems.txt", keys);
   }
+  if (!anchor.empty() && !anchor_start_known)
+    anchor_start = train::mean_token_loss(model, anchor, o.micro_batch_tokens, dist);
   train::MetricsLog log(o.out_dir, start, main);
   std::vector<size_t> order = epoch_order(tasks, o.order, o.seed, epoch);
 
@@ -328,6 +341,7 @@ RlResult run_rl(const RlOptions& o) {
                {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
                {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0},
                {"async", o.async}};
+    if (!anchor.empty()) st["anchor_loss_start"] = anchor_start;
     // The next step's first turn is saved with its verdicts: wait for them.
     if (next) runner.collect_turn(next->batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
@@ -651,8 +665,15 @@ RlResult run_rl(const RlOptions& o) {
     }
     const double lr = sched.at(step);
     if (n_tokens > 0) opt.step(lr);
-    if (o.hold_judges) verifier->hold(false);
     const double train_s = since(t_train);
+    std::optional<double> anchor_loss;
+    double anchor_s = 0;
+    if (!anchor.empty() && (step + 1) % o.anchor_every == 0) {
+      auto t_anchor = Clock::now();
+      anchor_loss = train::mean_token_loss(model, anchor, o.micro_batch_tokens, dist);
+      anchor_s = since(t_anchor);
+    }
+    if (o.hold_judges) verifier->hold(false);
 
     std::stable_sort(all_events.begin(), all_events.end(),
                      [](const json& a, const json& b) { return a["prompt"].get<size_t>() < b["prompt"].get<size_t>(); });
@@ -737,6 +758,11 @@ RlResult run_rl(const RlOptions& o) {
       for (int q = 1; q <= k; ++q) cum += num(m, fmt::format("first_pass_{}", q));
       row[fmt::format("solved_by_turn{}", k)] = ratio(cum, scored);
       if (k >= 2) row[fmt::format("rescued_turn{}", k)] = ratio(num(m, fmt::format("first_pass_{}", k)), scored);
+    }
+    if (anchor_loss) {
+      row["anchor_loss"] = *anchor_loss;
+      row["anchor_loss_change"] = *anchor_loss - anchor_start;
+      row["anchor_s"] = anchor_s;
     }
     if (m.contains("verdicts")) row["verdicts"] = m["verdicts"];
     if (m.contains("rules")) row["rules"] = m["rules"];

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "eval/eval_config.h"
 #include "eval/evaluator.h"
@@ -73,6 +74,12 @@ struct RlOptions {
   // which it excludes. Training never overlaps generation: both use the same weights.
   bool async = false;
   bool grad_checkpoint = false;
+  // Anchor set (SFT-format JSONL, e.g. SFT's held-out data): its mean token loss is measured
+  // before the first step and every `anchor_every` steps after the update (anchor_loss and
+  // anchor_loss_change in the metrics), so a run shows what of SFT's teaching it loses,
+  // apart from what it learns. Nothing is trained on it. Empty: off.
+  std::vector<std::string> anchor_data;
+  int64_t anchor_every = 1;
   // Verification.
   std::string verifier_url, verifier_token;
   eval::EvalConfig eval_config;

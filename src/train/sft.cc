@@ -22,6 +22,7 @@
 #include "train/distributed.h"
 #include "train/loss.h"
 #include "train/metrics.h"
+#include "train/token_loss.h"
 
 namespace mc::train {
 namespace fs = std::filesystem;
@@ -39,14 +40,6 @@ void check_writable(const std::string& dir) {
     MC_CHECK(f && (f << "ok") && f.flush(), "the output folder ", dir, " is not writable");
   }
   fs::remove(probe);
-}
-
-// Sum of the loss over the micro-batch's target tokens (a scalar with a graph).
-at::Tensor micro_batch_loss(const model::QwenModel& m, const MicroBatch& mb, bool checkpoint_layers) {
-  auto h = m.hidden_states_packed(mb.tokens, checkpoint_layers);
-  auto targets = mb.targets.to(h.device());
-  auto rows = targets.ne(-100).nonzero().squeeze(1);
-  return linear_cross_entropy_sum(h.index_select(0, rows), m.lm_head_weight(), targets.index_select(0, rows));
 }
 
 // Model FLOPs of a training step: 6 per parameter-token for the decoder's matrices, the LM head
@@ -81,23 +74,6 @@ json data_fingerprint(const std::vector<std::string>& paths) {
   json j = json::array();
   for (const auto& p : paths) j.push_back({{"path", fs::absolute(p).string()}, {"bytes", fs::file_size(p)}});
   return j;
-}
-
-double evaluate(const model::QwenModel& m, const std::vector<Example>& data, int64_t micro_batch_tokens, Distributed& dist) {
-  c10::AutoGradMode no_grad(false);
-  std::vector<int64_t> all(data.size());
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
-  auto mbs = pack(data, all, micro_batch_tokens);
-  double sum = 0, count = 0;
-  for (size_t i = 0; i < mbs.size(); ++i) {
-    count += mbs[i].loss_tokens;
-    if (static_cast<int>(i % dist.world()) != dist.rank()) continue;
-    sum += micro_batch_loss(m, mbs[i], false).item<double>();
-  }
-  auto t = at::tensor({sum}, at::kDouble);
-  if (m.device().is_cuda()) t = t.to(m.device());
-  dist.all_reduce_sum(t);
-  return t.item<double>() / std::max(1.0, count);
 }
 
 }  // namespace
@@ -229,7 +205,7 @@ SftResult run_sft(const SftOptions& o) {
       row["peak_reserved_gib"] = t[1].item<double>();
     }
     if (o.eval_every > 0 && !eval_data.empty() && (step + 1) % o.eval_every == 0) {
-      double el = evaluate(model, eval_data, o.micro_batch_tokens, dist);
+      double el = mean_token_loss(model, eval_data, o.micro_batch_tokens, dist);
       log.log("eval", step + 1, {{"loss", el}});
       row["eval_loss"] = el;
     }

@@ -63,7 +63,8 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert str(run / "pretrain" / "checkpoints") in sft_cmd
     assert str(run / "rft" / "sft" / "checkpoints") in state["stages"]["rl"]["commands"][0]
     assert json.load(open(run / "rft" / "report.json"))["repair"]["per_problem"] == 1
-    assert [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
+    rl1 = [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
+    assert rl1 and rl1[0]["anchor_loss"] > 0 and "anchor_loss_change" in rl1[0]  # --anchor-data: SFT's data
     # RL trained on 2 of the 4 problems (--max-problems 2); eval-rl-seen judged those, before and after.
     seen = open(run / "rl" / "problems.txt").read().split()
     assert len(seen) == 2

@@ -105,7 +105,7 @@ def replaced(args, **opts):
 def without_timing(row):
     # Wall-clock times, and the measured speedups (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
-            "fast1_share", "prefetch_generate_s", "verify_overhead"}
+            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -212,7 +212,11 @@ def test_resume_equals_uninterrupted(setup):
     killed after step 2 and resumed from step 1's checkpoint: the same rows and weights."""
     base = setup[0]
     straight, killed = base / "straight", base / "killed"
-    args = ("--max-steps", "3", "--save-every", "1", "--off-policy", "1")
+    # The anchor loss too: its start is measured once and kept in the checkpoint.
+    anchor = base / "anchor.jsonl"
+    anchor.write_text(json.dumps({"messages": [{"role": "user", "content": "Add two tensors."},
+                                               {"role": "assistant", "content": fenced(RELU_OK)}]}) + "\n")
+    args = ("--max-steps", "3", "--save-every", "1", "--off-policy", "1", "--anchor-data", anchor)
     mc(*rl_args(setup, straight, *args))
     r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
     assert r.returncode != 0
@@ -223,7 +227,8 @@ def test_resume_equals_uninterrupted(setup):
     # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
     # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):
     # their mean |log ratio| is past delta = 0.1, and MirrorPop drops every one.
-    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0
+    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0 and a[0]["anchor_loss_change"] == 0
+    assert a[1]["anchor_loss_change"] != 0  # after step 2's update
     assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4 and a[1]["mirrorpop_filtered_share"] == 0
     assert a[2]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[2]["mirrorpop_filtered_share"] == 1 and not a[2]["updated"]
     # The retry buffer is in the checkpoint too.
@@ -358,6 +363,12 @@ def test_clear_errors(setup, tmp_path):
     assert r.returncode != 0 and "contradict" in r.stderr, r.stderr
     r = mc(*rl_args(setup, tmp_path / "b1", "--max-steps", "1", "--stop-loops", "8"), check=False)
     assert r.returncode != 0 and "--stop-loops must be 0 (off) or at least 16 tokens, got 8" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b3", "--max-steps", "1", "--anchor-data", tmp_path / "nope.jsonl"), check=False)
+    assert r.returncode != 0 and f"--anchor-data: no file {tmp_path / 'nope.jsonl'}" in r.stderr, r.stderr
+    bad = tmp_path / "bad-anchor.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
+    r = mc(*rl_args(setup, tmp_path / "b4", "--max-steps", "1", "--anchor-data", bad), check=False)
+    assert r.returncode != 0 and "bad-anchor.jsonl" in r.stderr, r.stderr
     r = mc(*rl_args(setup, tmp_path / "b2", "--max-steps", "1", "--async", "--off-policy", "1"), check=False)
     assert r.returncode != 0 and "--async" in r.stderr and "contradict" in r.stderr, r.stderr
     # A verifier that is not there.
