@@ -285,8 +285,7 @@ RlResult run_rl(const RlOptions& o) {
   std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
-  double anchor_start = 0;  // the anchor set's loss before the first step
-  bool anchor_start_known = false;
+  std::optional<double> anchor_start;  // the anchor set's loss before the first step
   std::vector<TrainSeq> pending;  // --off-policy 1: last step's rollouts, trained this step
   if (ckpt) {
     json st = train::load_checkpoint(*ckpt, opt, dist);
@@ -298,10 +297,7 @@ RlResult run_rl(const RlOptions& o) {
     epoch = st.at("data_position").at("epoch").get<int64_t>();
     index = st.at("data_position").at("index").get<int64_t>();
     elapsed = st.value("elapsed_s", 0.0);
-    if (st.contains("anchor_loss_start") && !anchor.empty()) {
-      anchor_start = st["anchor_loss_start"].get<double>();
-      anchor_start_known = true;
-    }
+    if (st.contains("anchor_loss_start") && !anchor.empty()) anchor_start = st["anchor_loss_start"].get<double>();
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
     if (fs::exists(memory_file(ckpt->dir)))
       memory = VerdictMemory::from_json(json::parse(std::ifstream(memory_file(ckpt->dir))), static_cast<size_t>(o.verdict_memory));
@@ -328,7 +324,7 @@ RlResult run_rl(const RlOptions& o) {
     for (const auto& t : tasks) keys += t.problem->key + "\n";
     write_file_atomic(fs::path(o.out_dir) / "problems.txt", keys);
   }
-  if (!anchor.empty() && !anchor_start_known)
+  if (!anchor.empty() && !anchor_start)
     anchor_start = train::mean_token_loss(model, anchor, o.micro_batch_tokens, dist);
   train::MetricsLog log(o.out_dir, start, main);
   std::vector<size_t> order = epoch_order(tasks, o.order, o.seed, epoch);
@@ -341,7 +337,7 @@ RlResult run_rl(const RlOptions& o) {
                {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
                {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0},
                {"async", o.async}};
-    if (!anchor.empty()) st["anchor_loss_start"] = anchor_start;
+    if (anchor_start) st["anchor_loss_start"] = *anchor_start;
     // The next step's first turn is saved with its verdicts: wait for them.
     if (next) runner.collect_turn(next->batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
@@ -761,7 +757,7 @@ RlResult run_rl(const RlOptions& o) {
     }
     if (anchor_loss) {
       row["anchor_loss"] = *anchor_loss;
-      row["anchor_loss_change"] = *anchor_loss - anchor_start;
+      row["anchor_loss_change"] = *anchor_loss - *anchor_start;
       row["anchor_s"] = anchor_s;
     }
     if (m.contains("verdicts")) row["verdicts"] = m["verdicts"];

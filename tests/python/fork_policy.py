@@ -14,10 +14,10 @@ import dataclasses
 import json
 import os
 import shutil
-import subprocess
 
+import mc_cli
 import tiny_models
-from mc_cli import MODEL_BINARY, ROOT
+from mc_cli import ROOT
 
 OK = "Here is the kernel.\n\n```python\n" + open(os.path.join(ROOT, "tests", "cases", "rft", "add_base.py")).read() + "```\n"
 REFUSE = "I cannot write this kernel.\n"
@@ -32,12 +32,9 @@ class Fork:
     data: str  # the SFT data (both answers): RL's --anchor-data
 
 
-def model(*args, timeout=900):
-    r = subprocess.run([MODEL_BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout)
-    if r.returncode != 0:
-        raise AssertionError(f"musacoder-model {' '.join(map(str, args[:2]))} failed ({r.returncode}):\n"
-                             f"{r.stdout[-2000:]}\n{r.stderr[-4000:]}")
-    return r
+def model(*args):
+    """`musacoder ARGS...` (train sft / train rl go to musacoder-model), failing with its output."""
+    return mc_cli.run(*args, timeout=900)
 
 
 def rl_args(fork, out, *extra, lr="1e-4", steps=4, temperature=0.5, max_new_tokens=640):
