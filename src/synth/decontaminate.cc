@@ -35,6 +35,11 @@ std::vector<ProblemTrace> trace_problems(const std::vector<std::string>& paths, 
       for (size_t i = k; i < paths.size(); i += shards) mine.push_back(i), so.argv.push_back(paths[i]);
       so.env_set["PYTHONPATH"] = harness_dir;
       so.env_set["CUDA_VISIBLE_DEVICES"] = "";  // meta tensors only
+      // Benchmark files run here; KernelBench's level 4 asks the Hugging Face hub for configs.
+      // Nothing is fetched at run time: offline, they fail at once and count as untraced. With
+      // a network that refuses quietly, the hub client's retries held one shard for minutes.
+      so.env_set["HF_HUB_OFFLINE"] = "1";
+      so.env_set["TRANSFORMERS_OFFLINE"] = "1";
       RunResult r = run_command(so, 900 * 1000);
       if (!r.status.ok()) {
         errors[k] = "tracing op graphs failed (" + r.status.describe() + "): " + r.err.substr(0, 2000);
