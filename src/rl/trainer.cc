@@ -272,7 +272,7 @@ RlResult run_rl(const RlOptions& o) {
   RetryBufferOptions ro = o.retry;
   ro.seed = o.seed ^ 0xB0F5ull;
   RetryBuffer buffer(ro);
-  VerdictMemory memory(static_cast<size_t>(o.verdict_memory));
+  VerdictMemory memory(static_cast<size_t>(o.verdict_memory), verifier->config_hash());
   auto memory_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-verdicts-rank{:05d}.json", dist.rank()); };
   train::LrSchedule sched = o.schedule;
   sched.total_steps = o.max_steps > 0
@@ -299,8 +299,13 @@ RlResult run_rl(const RlOptions& o) {
     elapsed = st.value("elapsed_s", 0.0);
     if (st.contains("anchor_loss_start") && !anchor.empty()) anchor_start = st["anchor_loss_start"].get<double>();
     buffer = RetryBuffer::from_json(st.at("retry_buffer"), ro);
-    if (fs::exists(memory_file(ckpt->dir)))
-      memory = VerdictMemory::from_json(json::parse(std::ifstream(memory_file(ckpt->dir))), static_cast<size_t>(o.verdict_memory));
+    if (fs::exists(memory_file(ckpt->dir))) {
+      memory = VerdictMemory::from_json(json::parse(std::ifstream(memory_file(ckpt->dir))), static_cast<size_t>(o.verdict_memory),
+                                        verifier->config_hash());
+      if (memory.dropped_on_load() > 0)
+        fmt::print(stderr, "rl: {} remembered verdicts were judged under other evaluation settings; judging those answers again\n",
+                   memory.dropped_on_load());
+    }
     MC_CHECK(st.value("async", false) == o.async, "--resume: the run in ", ckpt->dir, (o.async ? " ran without" : " ran with"),
              " --async (give the same)");
     if (o.async && fs::exists(next_file(ckpt->dir)))

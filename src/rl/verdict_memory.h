@@ -7,6 +7,12 @@
 // same reward all run long. Infra errors are never remembered (never a score). Bounded: the
 // oldest entries leave first. Saved in checkpoints, so a resumed run reuses what the
 // uninterrupted one would.
+//
+// A verdict holds only under the evaluation settings that gave it (EvalConfig::config_hash:
+// tolerances, trials, timing budget, reward weights, ...). The memory keeps the verifier's
+// hash: results judged under another one are not remembered, and a resumed run whose verifier
+// judges differently (a changed --timing-budget, a service started with other settings) drops
+// the saved verdicts instead of paying rewards it would no longer give.
 #pragma once
 
 #include <cstddef>
@@ -23,20 +29,28 @@ namespace mc::rl {
 
 class VerdictMemory {
  public:
-  explicit VerdictMemory(size_t capacity = 0) : capacity_(capacity) {}
+  // `config_hash`: the verifier's (Verifier::config_hash); "" accepts any result (tests).
+  explicit VerdictMemory(size_t capacity = 0, std::string config_hash = "")
+      : capacity_(capacity), config_hash_(std::move(config_hash)) {}
   bool enabled() const { return capacity_ > 0; }
   // The verdict of this exact answer to this problem, if one is remembered.
   const eval::EvalResult* find(const std::string& problem, const std::string& answer) const;
-  // Remembers a judged answer (infra errors are ignored); evicts the oldest past capacity.
+  // Remembers a judged answer (infra errors, and results judged under another configuration,
+  // are ignored); evicts the oldest past capacity.
   void remember(const std::string& problem, const std::string& answer, const eval::EvalResult& r);
   size_t size() const { return by_answer_.size(); }
 
   nlohmann::json to_json() const;
-  static VerdictMemory from_json(const nlohmann::json& j, size_t capacity);
+  // Entries judged under another configuration than `config_hash` are dropped (counted in
+  // dropped_on_load()).
+  static VerdictMemory from_json(const nlohmann::json& j, size_t capacity, std::string config_hash = "");
+  size_t dropped_on_load() const { return dropped_on_load_; }
 
  private:
   using Key = std::pair<std::string, std::string>;
   size_t capacity_;
+  std::string config_hash_;
+  size_t dropped_on_load_ = 0;
   std::map<Key, eval::EvalResult> by_answer_;
   std::deque<Key> order_;  // oldest first
 };

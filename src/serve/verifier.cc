@@ -32,7 +32,8 @@ Results take(std::map<size_t, eval::EvalResult>& done, std::set<size_t>& outstan
 
 class InProcessVerifier : public Verifier {
  public:
-  InProcessVerifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts) : opts_(opts), ev_(cfg, opts) {}
+  InProcessVerifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts)
+      : opts_(opts), config_hash_(cfg.config_hash()), ev_(cfg, opts) {}
   void submit(size_t id, eval::Candidate c) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -63,9 +64,11 @@ class InProcessVerifier : public Verifier {
     for (int g : opts_.gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
     return fmt::format("in-process MooreEval ({} judges on {} {})", opts_.gpus.size(), opts_.device, gpus);
   }
+  std::string config_hash() const override { return config_hash_; }
 
  private:
   eval::EvaluatorOptions opts_;
+  std::string config_hash_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::set<size_t> outstanding_;
@@ -79,11 +82,13 @@ class ServiceVerifier : public Verifier {
     co_.url = url;
     co_.token = token;
     VerifyClient probe(co_);
+    nlohmann::json h;
     try {
-      probe.health();
+      h = probe.health();
     } catch (const std::exception& e) {
       throw Error(str_cat("--verifier ", url, ": the MooreEval service does not answer (", e.what(), ")"));
     }
+    config_hash_ = h.value("config_hash", std::string());
   }
   void submit(size_t id, eval::Candidate c) override {
     MC_INTERNAL_ASSERT(outstanding_.insert(id).second, "verifier: id ", id, " submitted twice");
@@ -98,6 +103,9 @@ class ServiceVerifier : public Verifier {
   }
   std::vector<size_t> outstanding() const override { return {outstanding_.begin(), outstanding_.end()}; }
   std::string describe() const override { return "MooreEval service at " + co_.url; }
+  // As the service said at start-up; a service restarted with other settings mid-run is caught
+  // by each result's own hash (VerdictMemory keeps only results under this one).
+  std::string config_hash() const override { return config_hash_; }
 
  private:
   void send_queued() {
@@ -132,6 +140,7 @@ class ServiceVerifier : public Verifier {
   }
 
   ClientOptions co_;
+  std::string config_hash_;
   std::vector<std::pair<size_t, eval::Candidate>> queued_;
   std::set<size_t> outstanding_;
   std::map<size_t, eval::EvalResult> done_;

@@ -38,6 +38,9 @@ class Verifier {
   // returns once no judge is timing. In process, with EvaluatorOptions::timing_gate.
   virtual void hold(bool) {}
   virtual std::string describe() const = 0;
+  // The digest of the settings this verifier judges with (EvalConfig::config_hash): results
+  // are comparable only under the same one.
+  virtual std::string config_hash() const = 0;
 };
 
 std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts);

@@ -184,3 +184,29 @@ TEST(VerdictMemory, RemembersJudgedAnswersEvictsTheOldestAndRoundTrips) {
   off.remember("p1", "a", verdict(mc::eval::Verdict::kOk, 1));
   EXPECT_FALSE(off.enabled() || off.find("p1", "a"));
 }
+
+// A verdict holds under the settings that gave it: a result judged under another
+// configuration is not remembered, and a resumed run with other settings drops what it saved.
+TEST(VerdictMemory, KeepsOnlyVerdictsOfItsVerifiersConfiguration) {
+  auto verdict = [](const std::string& hash, double reward) {
+    mc::eval::EvalResult r;
+    r.verdict = mc::eval::Verdict::kOk;
+    r.reward = reward;
+    r.config_hash = hash;
+    return r;
+  };
+  VerdictMemory m(8, "cfgA");
+  m.remember("p1", "a", verdict("cfgA", 1.1));
+  m.remember("p1", "b", verdict("cfgB", 1.3));  // judged elsewhere: not this run's verdict
+  EXPECT_TRUE(m.find("p1", "a"));
+  EXPECT_FALSE(m.find("p1", "b"));
+  const auto saved = nlohmann::json::parse(m.to_json().dump());
+  auto same = VerdictMemory::from_json(saved, 8, "cfgA");
+  EXPECT_EQ(same.size(), 1u);
+  EXPECT_EQ(same.dropped_on_load(), 0u);
+  // The resumed run judges with a changed setting (another hash): nothing saved is reused.
+  auto changed = VerdictMemory::from_json(saved, 8, "cfgC");
+  EXPECT_EQ(changed.size(), 0u);
+  EXPECT_EQ(changed.dropped_on_load(), 1u);
+  EXPECT_FALSE(changed.find("p1", "a"));
+}
