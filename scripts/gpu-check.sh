@@ -179,10 +179,13 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # the next call, on the same warm machine, waits on the same process instead of restarting
       # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes.
       # A fresh machine has lost the run folder: RECIPE_SEED (a recipe-seed.tgz an earlier call
-      # brought back, carried in .kb) starts it with the finished synth stage, the one stage
-      # whose output is small enough to travel (checkpoints are not).
+      # brought back, or scripts/recipe-seed.sh made without a GPU; default .kb/recipe-seed.tgz
+      # when carried) starts it with the finished synth stage, the one stage whose output is
+      # small enough to travel (checkpoints are not). The machine stays warm only 30 s after a
+      # call: a later call that comes after that finds a fresh machine (session 25 lost one so).
       R=${RECIPE_RUN:-/tmp/recipe-run}
       mkdir -p "$R"
+      [ -z "${RECIPE_SEED:-}" ] && [ -f .kb/recipe-seed.tgz ] && RECIPE_SEED=.kb/recipe-seed.tgz
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
       fi
@@ -214,21 +217,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
         ./*/profile/*.md ./*/profile/*.json gpu-samples.csv 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
-      S=/tmp/recipe-seed
-      rm -rf "$S" && mkdir -p "$S/recipe"
-      if python3 - "$R/recipe/state.json" "$S/recipe/state.json" <<'PY'
-import json, sys
-state = json.load(open(sys.argv[1]))
-synth = state.get("stages", {}).get("synth", {})
-if not synth.get("done"):
-    sys.exit(1)
-state["stages"] = {"synth": synth}
-json.dump(state, open(sys.argv[2], "w"), indent=1)
-PY
-      then
-        cp -r "$R/synth" "$R/synth-eval" "$S/" && cp "$R/recipe/synth.log" "$S/recipe/" &&
-          tar czf "$OUT/recipe-seed.tgz" -C "$S" .
-      fi ;;
+      bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

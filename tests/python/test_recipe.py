@@ -86,6 +86,18 @@ def test_tiny_recipe_end_to_end(tmp_path):
     # Again: every stage finished, so nothing runs.
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
     assert r.stderr.count("finished before") == len(stages), r.stderr
+    # The seed a fresh GPU machine starts from (scripts/recipe-seed.sh): the synth stage alone,
+    # which a new run folder then skips.
+    seed = tmp_path / "seed.tgz"
+    subprocess.run(["bash", os.path.join(ROOT, "scripts", "recipe-seed.sh"), "pack", str(run), str(seed)], check=True)
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    subprocess.run(["tar", "xzf", str(seed), "-C", str(fresh)], check=True)
+    assert sorted(json.load(open(fresh / "recipe" / "state.json"))["stages"]) == ["synth"]
+    assert read_jsonl(fresh / "synth" / "dataset.jsonl") == read_jsonl(run / "synth" / "dataset.jsonl")
+    r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", fresh, "--stages", "synth",
+           "--no-progress")
+    assert "synth finished before" in r.stderr, r.stderr
 
 
 def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
