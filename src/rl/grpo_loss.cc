@@ -30,6 +30,9 @@ PolicyLoss clipped_policy_loss(const at::Tensor& logp, const at::Tensor& old_log
     const double t = std::max(1.0, r.tokens);
     r.clip_fraction = ((clipped < unclipped).to(at::kFloat) * m).sum().item<double>() / t;
     r.ratio_mean = (ratio * m).sum().item<double>() / t;
+    auto push = adv.abs() * (1 - at::exp(lp)) * m;
+    r.push_pos = (push * (adv > 0).to(at::kFloat)).sum().item<double>();
+    r.push_neg = (push * (adv < 0).to(at::kFloat)).sum().item<double>();
   }
   if (ref_logp.defined()) {
     auto d = ref_logp.to(lp.options()) - lp;

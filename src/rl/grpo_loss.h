@@ -25,6 +25,13 @@ struct PolicyLoss {
   double kl = 0;              // mean k3 estimate over selected tokens (0 without ref_logp)
   double ratio_mean = 0;      // mean ρ over selected tokens
   double tokens = 0;          // selected tokens on this rank
+  // Where the update's push comes from: Σ m_t·|A_t|·(1 − p_t) over tokens with A_t > 0 and
+  // A_t < 0, p_t = π_θ(t). 1 − p_t bounds the size of ∂log p_t/∂logits (‖e_t − π‖ lies between
+  // 1 − p_t and √2·(1 − p_t)), so a token the policy already predicts with p ≈ 1 pushes nothing
+  // whatever its advantage. A memorized policy's passing copies push little; the tokens of a
+  // failing near-copy, after its slip, can push a lot (docs/results/2026-11-24-rl-small-model.md,
+  // session 25).
+  double push_pos = 0, push_neg = 0;
 };
 
 // logp [T] (requires grad), old_logp [T], advantages [T], mask [T] (bool or 0/1),

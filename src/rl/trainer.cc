@@ -631,6 +631,8 @@ RlResult run_rl(const RlOptions& o) {
       add("clip_sum", pl.clip_fraction * pl.tokens);
       add("kl_sum", pl.kl * pl.tokens);
       add("ratio_sum", pl.ratio_mean * pl.tokens);
+      add("push_pos", pl.push_pos);
+      add("push_neg", pl.push_neg);
       add("entropy_sum", (lp.entropy * mask.to(at::kFloat)).sum().item<double>());
     }
     if (mbs.empty()) {
@@ -721,6 +723,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"clip_fraction", ratio(num(m, "clip_sum"), n_tokens)},
                 {"ratio_mean", ratio(num(m, "ratio_sum"), n_tokens)},
                 {"kl", ratio(num(m, "kl_sum"), n_tokens)},
+                {"neg_push_share", ratio(num(m, "push_neg"), num(m, "push_pos") + num(m, "push_neg"))},
                 {"entropy", ratio(num(m, "entropy_sum"), n_tokens)},
                 {"grad_norm", grad_norm},
                 {"lr", lr},

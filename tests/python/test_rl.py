@@ -126,6 +126,8 @@ def test_rl_steps_reach_every_branch(setup):
     assert s1["all_failed_share"] == pytest.approx(0.5) and s1["bdr_added"] == 1 and s1["bdr_size"] == 1
     # 1_Add's signal is a pass against a failure, not speed alone (speed_only_share).
     assert s1["speed_only_share"] == 0 and s1["zero_signal_share"] == pytest.approx(0.5)
+    # Both of its answers push the update (neg_push_share: the failing answer's part of it).
+    assert 0 < s1["neg_push_share"] < 1
     assert s1["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, s1["verdicts"]
     # Identical answers are judged once: 1_Add's turn-2 answer is sample 0's turn-1 answer, and
     # 2_ReLU's four answers are one text.

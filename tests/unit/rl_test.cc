@@ -133,6 +133,11 @@ TEST(PolicyLoss, ClippedSurrogateAndItsGradient) {
   EXPECT_NEAR(r.loss.item<double>(), -(1.2 + 0.9 - 1.6) / 3, 1e-6);
   EXPECT_NEAR(r.clip_fraction, 2.0 / 3.0, 1e-12);
   EXPECT_NEAR(r.ratio_mean, (1.5 + 0.9 + 0.3) / 3, 1e-6);
+  // The push: |A|·(1 − p) with p = π_θ(t) = e^{logp}; tokens 1 and 2 positive, 3 negative, 4 masked.
+  auto p_new = at::exp(old_lp + delta);
+  const double pos = 1 * (1 - p_new[0].item<double>()) + 1 * (1 - p_new[1].item<double>());
+  EXPECT_NEAR(r.push_pos, pos, 1e-6);
+  EXPECT_NEAR(r.push_neg, 2 * (1 - p_new[2].item<double>()), 1e-6);
   r.loss.backward();
   auto g = lp.grad();
   EXPECT_NEAR(g[0].item<double>(), 0.0, 1e-7);
