@@ -8,8 +8,7 @@ const eval::EvalResult* VerdictMemory::find(const std::string& problem, const st
 }
 
 void VerdictMemory::remember(const std::string& problem, const std::string& answer, const eval::EvalResult& r) {
-  if (capacity_ == 0 || r.is_infra() || !r.reward) return;
-  if (!config_hash_.empty() && r.config_hash != config_hash_) return;
+  if (capacity_ == 0 || r.is_infra() || !r.reward || !judged_here(r)) return;
   Key k{problem, answer};
   auto [it, fresh] = by_answer_.insert_or_assign(k, r);
   (void)it;
@@ -31,7 +30,7 @@ VerdictMemory VerdictMemory::from_json(const nlohmann::json& j, size_t capacity,
   VerdictMemory m(capacity, std::move(config_hash));
   for (const auto& e : j) {
     eval::EvalResult r = eval::result_from_json(e.at(2));
-    if (!m.config_hash_.empty() && r.config_hash != m.config_hash_) {
+    if (!m.judged_here(r)) {
       ++m.dropped_on_load_;
       continue;
     }

@@ -48,6 +48,8 @@ class VerdictMemory {
 
  private:
   using Key = std::pair<std::string, std::string>;
+  // Judged under this memory's configuration (any, when it has none).
+  bool judged_here(const eval::EvalResult& r) const { return config_hash_.empty() || r.config_hash == config_hash_; }
   size_t capacity_;
   std::string config_hash_;
   size_t dropped_on_load_ = 0;
