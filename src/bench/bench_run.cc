@@ -295,16 +295,26 @@ class Run {
       }
       gen_s += since(t0);
       if (o_.hold_timing) verifier.hold(false);
+      // Each verdict is written the moment it comes, so that a run stopped while the judges
+      // work (KernelBench at published sizes takes many minutes) resumes with what they did.
       auto t1 = Clock::now();
-      for (auto& [id, r] : verifier.collect()) {
-        size_t p = id / (o_.samples * o_.turns);
-        int s = static_cast<int>(id / o_.turns % o_.samples), t = static_cast<int>(id % o_.turns) + 1;
-        TurnRecord& rec = recs_[p][s][t - 1];
-        results_ << json{{"problem", set_[p].problem->key}, {"sample", s}, {"turn", t}, {"answer_sha256", sha256_hex(rec.text)},
-                         {"result", eval::to_json(r)}}.dump() << "\n";
-        results_.flush();
-        if (r.is_infra()) rec.infra = "verifier: " + r.infra_error;
-        else rec.result = std::move(r);
+      std::vector<size_t> pending = verifier.outstanding();
+      {
+        ProgressBar bar(fmt::format("turn {} verdicts", turn), pending.size(), o_.progress);
+        while (!pending.empty()) {
+          for (auto& [id, r] : verifier.collect_any(pending)) {
+            pending.erase(std::find(pending.begin(), pending.end(), id));
+            size_t p = id / (o_.samples * o_.turns);
+            int s = static_cast<int>(id / o_.turns % o_.samples), t = static_cast<int>(id % o_.turns) + 1;
+            TurnRecord& rec = recs_[p][s][t - 1];
+            results_ << json{{"problem", set_[p].problem->key}, {"sample", s}, {"turn", t}, {"answer_sha256", sha256_hex(rec.text)},
+                             {"result", eval::to_json(r)}}.dump() << "\n";
+            results_.flush();
+            bar.advance(1, r.is_infra() ? "infra error" : "");
+            if (r.is_infra()) rec.infra = "verifier: " + r.infra_error;
+            else rec.result = std::move(r);
+          }
+        }
       }
       verify_tail_s += since(t1);
     }

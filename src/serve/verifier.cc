@@ -52,6 +52,19 @@ class InProcessVerifier : public Verifier {
     cv_.wait(lock, [&] { return std::all_of(ids.begin(), ids.end(), [&](size_t id) { return done_.count(id) > 0; }); });
     return take(done_, outstanding_, ids);
   }
+  Results collect_any(const std::vector<size_t>& ids) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (size_t id : ids) MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect_any() of id ", id, ", which is not outstanding");
+    if (ids.empty()) return {};
+    std::vector<size_t> ready;
+    cv_.wait(lock, [&] {
+      ready.clear();
+      for (size_t id : ids)
+        if (done_.count(id)) ready.push_back(id);
+      return !ready.empty();
+    });
+    return take(done_, outstanding_, ready);
+  }
   std::vector<size_t> outstanding() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return {outstanding_.begin(), outstanding_.end()};

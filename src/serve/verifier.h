@@ -33,6 +33,10 @@ class Verifier {
   virtual Results collect(const std::vector<size_t>& ids) = 0;
   // Every answer not yet collected.
   Results collect() { return collect(outstanding()); }
+  // Waits until at least one answer under `ids` is judged and returns every one of them that
+  // is, in id order, so that a long evaluation can write each verdict as it comes (a stopped
+  // run then keeps them). The service judges a batch at a time, so there it is collect(ids).
+  virtual Results collect_any(const std::vector<size_t>& ids) { return collect(ids); }
   virtual std::vector<size_t> outstanding() const = 0;
   // Held: no judge times until released (compiles and correctness trials go on), and hold(true)
   // returns once no judge is timing. In process, with EvaluatorOptions::timing_gate.
