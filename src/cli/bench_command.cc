@@ -19,6 +19,7 @@ struct BenchCommand::Impl {
   std::string levels, api_key_file;
   std::vector<std::string> compare_runs;
   std::string compare_out, compare_svg;
+  bool compare_skip_missing = false;
 };
 
 BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -70,6 +71,8 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.compare->add_option("runs", m.compare_runs, "run folders")->required();
   m.compare->add_option("--out", m.compare_out, "also write the table here");
   m.compare->add_option("--svg", m.compare_svg, "and a chart of the runs in order (SVG)");
+  m.compare->add_flag("--skip-missing", m.compare_skip_missing,
+                      "leave out folders with no finished run (a recipe whose stages were not all run), and say which");
 }
 
 BenchCommand::~BenchCommand() = default;
@@ -78,10 +81,20 @@ std::optional<int> BenchCommand::run() {
   Impl& m = *impl_;
   if (!*m.cmd) return std::nullopt;
   if (*m.compare) {
-    std::string md = bench::compare_runs(m.compare_runs);
+    std::vector<std::string> runs, missing;
+    for (const auto& d : m.compare_runs)
+      (m.compare_skip_missing && !fs::exists(fs::path(d) / "report.json") ? missing : runs).push_back(d);
+    MC_CHECK(!runs.empty(), "compare: none of the ", m.compare_runs.size(), " folders holds a finished bench-model run");
+    std::string md = bench::compare_runs(runs);
+    if (!missing.empty()) {
+      md += "\nNot run (no report.json), left out:";
+      for (const auto& d : missing) md += " " + d;
+      md += "\n";
+      fmt::print(stderr, "compare: left out {} folder(s) with no finished run\n", missing.size());
+    }
     fmt::print("{}", md);
     if (!m.compare_out.empty()) write_file_atomic(m.compare_out, md);
-    if (!m.compare_svg.empty()) write_file_atomic(m.compare_svg, bench::compare_svg(m.compare_runs));
+    if (!m.compare_svg.empty()) write_file_atomic(m.compare_svg, bench::compare_svg(runs));
     return 0;
   }
   MC_CHECK(!m.o.problems.empty(), "bench-model needs --problems (a KernelBench folder or a synth problems.jsonl)");

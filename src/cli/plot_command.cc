@@ -18,6 +18,7 @@ struct PlotCommand::Impl {
   std::vector<std::string> runs, metrics{"loss", "lr", "grad_norm", "tokens_per_s"}, log_metrics;
   std::string out;
   int columns = 2;
+  bool skip_missing = false;
 };
 
 PlotCommand::PlotCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -28,6 +29,7 @@ PlotCommand::PlotCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.cmd->add_option("--metrics", m.metrics, "fields to plot, one panel each (comma-separated)")->delimiter(',')->capture_default_str();
   m.cmd->add_option("--log", m.log_metrics, "fields drawn on a log scale")->delimiter(',');
   m.cmd->add_option("--columns", m.columns, "panels per row")->capture_default_str();
+  m.cmd->add_flag("--skip-missing", m.skip_missing, "leave out runs with no metrics.jsonl (stages not run), and say which");
 }
 
 PlotCommand::~PlotCommand() = default;
@@ -44,7 +46,14 @@ std::optional<int> PlotCommand::run() {
     panels.push_back(p);
   }
   size_t rows_read = 0;
+  std::vector<std::string> runs;
   for (const auto& run : m.runs) {
+    fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
+    if (m.skip_missing && !fs::exists(file)) fmt::print(stderr, "plot: {} has no metrics.jsonl, left out\n", run);
+    else runs.push_back(run);
+  }
+  MC_CHECK(!runs.empty(), "plot: none of the ", m.runs.size(), " runs has a metrics.jsonl");
+  for (const auto& run : runs) {
     fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
     MC_CHECK(fs::exists(file), "no metrics.jsonl at ", file.string());
     std::string label = fs::is_directory(run) ? fs::path(run).filename().string() : file.parent_path().filename().string();
@@ -77,13 +86,13 @@ std::optional<int> PlotCommand::run() {
     for (auto& [kind, series] : by_kind)
       for (size_t k = 0; k < panels.size(); ++k)
         if (!series[k].x.empty()) {
-          series[k].label = by_kind.size() > 1 || m.runs.size() > 1 ? label + (kind == "train" ? "" : " " + kind) : "";
+          series[k].label = by_kind.size() > 1 || runs.size() > 1 ? label + (kind == "train" ? "" : " " + kind) : "";
           panels[k].series.push_back(series[k]);
         }
   }
-  MC_CHECK(rows_read > 0, "no metrics rows in ", m.runs.size(), " run(s)");
+  MC_CHECK(rows_read > 0, "no metrics rows in ", runs.size(), " run(s)");
   write_file_atomic(m.out, report::render_svg(panels, m.columns));
-  fmt::print(stderr, "{} rows from {} run(s) -> {}\n", rows_read, m.runs.size(), m.out);
+  fmt::print(stderr, "{} rows from {} run(s) -> {}\n", rows_read, runs.size(), m.out);
   return 0;
 }
 

@@ -163,6 +163,14 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
     assert "| 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 |" in cmp, cmp
     assert all("by_problem" in t for t in json.load(open(out / "report.json"))["per_turn"])
     assert open(tmp_path / "cmp.svg").read().startswith("<svg")
+    # A recipe that skipped a stage (RL from SFT, no RFT): that folder is named and left out.
+    r = mc("bench-model", "compare", out, tmp_path / "never-run", check=False)
+    assert r.returncode == 2 and "has no report.json" in r.stderr
+    mc("bench-model", "compare", out, tmp_path / "never-run", "--skip-missing", "--out", tmp_path / "cmp2.md")
+    cmp2 = open(tmp_path / "cmp2.md").read()
+    assert cmp2.count(str(out)) == 1 and f"Not run (no report.json), left out: {tmp_path / 'never-run'}" in cmp2, cmp2
+    r = mc("bench-model", "compare", tmp_path / "never-run", "--skip-missing", check=False)
+    assert r.returncode == 2 and "none of the 1 folders holds a finished bench-model run" in r.stderr
 
 
 def test_baseline_is_timed_only_for_problems_with_a_correct_answer(problems, cache, tmp_path):

@@ -248,6 +248,13 @@ def test_tensorboard_events_and_plot_hold_the_metrics(setup, tmp_path):
     mc("plot", str(tmp_path / "run"), "--out", str(tmp_path / "curves.svg"), "--metrics", "loss,lr,grad_norm")
     svg = open(tmp_path / "curves.svg").read()
     assert svg.startswith("<svg") and svg.count("<polyline") == 3 and ">loss<" in svg
+    # A run that never happened (a recipe stage not run) is named and left out with --skip-missing.
+    r = mc("plot", str(tmp_path / "run"), str(tmp_path / "never-run"), "--out", str(tmp_path / "c2.svg"), "--metrics", "loss",
+           check=False)
+    assert r.returncode == 2 and "no metrics.jsonl" in r.stderr
+    r = mc("plot", str(tmp_path / "run"), str(tmp_path / "never-run"), "--skip-missing", "--out", str(tmp_path / "c2.svg"),
+           "--metrics", "loss")
+    assert "never-run has no metrics.jsonl, left out" in r.stderr and open(tmp_path / "c2.svg").read().count("<polyline") == 1
 
 
 def test_two_gloo_ranks_equal_one_rank(setup, tmp_path):
