@@ -37,6 +37,19 @@ bool same_benchmark(const fs::path& a, const fs::path& b) {
   return ca == cb || ca.starts_with(cb + "/") || cb.starts_with(ca + "/");
 }
 
+// What a `musacoder synth` report in `dir` was decontaminated against: its absolute path, or,
+// where that is gone (the folder was made elsewhere and moved), the same path relative to `dir`
+// if it exists. "" when the report has no decontamination.
+std::string decontaminated_against(const json& r, const fs::path& dir) {
+  if (!r.is_object() || !r.contains("decontamination")) return "";
+  const json& d = r["decontamination"];
+  std::string abs = d.value("benchmark", "");
+  std::string rel = d.value("benchmark_relative", "");
+  if (!abs.empty() && fs::exists(abs)) return abs;
+  if (!rel.empty() && fs::exists(dir / rel)) return fs::weakly_canonical(dir / rel).string();
+  return abs;
+}
+
 // A folder's report.json (any command's), else null.
 json folder_report(const fs::path& dir) {
   fs::path report = dir / "report.json";
@@ -74,7 +87,7 @@ std::string eval_set_against(const std::string& problems) {
   if (fs::is_directory(p)) dirs.insert(dirs.begin(), p);
   for (const fs::path& dir : dirs) {
     json r = synth_report(dir);
-    if (!r.is_null() && r.contains("decontamination")) return r["decontamination"].value("benchmark", "");
+    if (!r.is_null() && r.contains("decontamination")) return decontaminated_against(r, dir);
   }
   return "";
 }
@@ -109,11 +122,11 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
       ++unknown;
     } else if (!r.contains("decontamination")) {
       ++dirty;
-    } else if (same_benchmark(r["decontamination"].value("benchmark", ""), problems)) {
+    } else if (same_benchmark(decontaminated_against(r, train_dir), problems)) {
       ++clean;
     } else {
       ++other;
-      others = r["decontamination"].value("benchmark", "?");
+      others = decontaminated_against(r, train_dir);
     }
   }
   std::string files = std::to_string(data.size()) + " training file(s) named in " + state.string();

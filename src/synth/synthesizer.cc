@@ -212,7 +212,11 @@ SynthReport run_synthesis(const SynthOptions& o) {
     for (size_t i = 0; i < live.size(); ++i) {
       if (auto c = dc.check(traces[i], compute_ops(live[i]->g))) drop(*live[i], "contaminated", c->rule + " with " + c->benchmark + " (" + c->detail + ")");
     }
-    report["decontamination"] = {{"benchmark", fs::absolute(o.decontaminate_dir).string()}, {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
+    // Also relative to this folder: a run folder that moves (a recipe's synth stage made on
+    // another machine and carried) still names its benchmark (bench/provenance.cc).
+    report["decontamination"] = {{"benchmark", fs::absolute(o.decontaminate_dir).string()},
+                                 {"benchmark_relative", fs::absolute(o.decontaminate_dir).lexically_normal().lexically_relative(fs::absolute(out).lexically_normal()).string()},
+                                 {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
                                  {"dropped", dropped_by["contaminated"]}};
   }
 

@@ -327,7 +327,12 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
         {"kind": "sft", "fingerprint": {"data": [{"path": str(synth / "dataset.jsonl"), "bytes": 3}]}}))
     for report, status in (({"families": {}}, "not_decontaminated"),
                            ({"families": {}, "decontamination": {"benchmark": str(tmp_path / "elsewhere")}}, "other_benchmark"),
-                           ({"families": {}, "decontamination": {"benchmark": str(problems)}}, "decontaminated")):
+                           ({"families": {}, "decontamination": {"benchmark": str(problems)}}, "decontaminated"),
+                           # Made on another machine and carried (a recipe seed): the absolute path
+                           # is gone there, the one relative to the synth folder still holds.
+                           ({"families": {}, "decontamination": {"benchmark": "/made/elsewhere/problems",
+                                                                  "benchmark_relative": os.path.relpath(problems, synth)}},
+                            "decontaminated")):
         (synth / "report.json").write_text(json.dumps(report))
         r = mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common,
                            "--resume"))

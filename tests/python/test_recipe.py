@@ -35,6 +35,7 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert read_jsonl(run / "synth" / "dataset.jsonl")
     ev = json.load(open(run / "synth-eval" / "report.json"))
     assert ev["decontamination"]["benchmark"].endswith("synth/problems")
+    assert ev["decontamination"]["benchmark_relative"] == "../synth/problems"  # a carried seed still names it
     # corpus: licences and sizes per source; the synthesized solutions are in it.
     rep = json.load(open(run / "corpus" / "report.json"))
     by = {s["name"]: s for s in rep["sources"]}
