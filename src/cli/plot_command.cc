@@ -53,6 +53,7 @@ std::optional<int> PlotCommand::run() {
     else runs.push_back(run);
   }
   MC_CHECK(!runs.empty(), "plot: none of the ", m.runs.size(), " runs has a metrics.jsonl");
+  int next_color = 0;  // one per (run, kind), the same in every panel
   for (const auto& run : runs) {
     fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
     MC_CHECK(fs::exists(file), "no metrics.jsonl at ", file.string());
@@ -83,12 +84,15 @@ std::optional<int> PlotCommand::run() {
       }
       ++rows_read;
     }
-    for (auto& [kind, series] : by_kind)
+    for (auto& [kind, series] : by_kind) {
+      const int color = next_color++;
       for (size_t k = 0; k < panels.size(); ++k)
         if (!series[k].x.empty()) {
+          series[k].color = color;
           series[k].label = by_kind.size() > 1 || runs.size() > 1 ? label + (kind == "train" ? "" : " " + kind) : "";
           panels[k].series.push_back(series[k]);
         }
+    }
   }
   MC_CHECK(rows_read > 0, "no metrics rows in ", runs.size(), " run(s)");
   write_file_atomic(m.out, report::render_svg(panels, m.columns));

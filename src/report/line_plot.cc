@@ -86,7 +86,8 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
       std::string pts;
       for (size_t i = 0; i < se.x.size(); ++i)
         if (std::isfinite(se.y[i]) && !(pn.log_y && se.y[i] <= 0)) pts += fmt::format("{:.1f},{:.1f} ", X(se.x[i]), Y(ty(se.y[i])));
-      const char* c = kColors[k % (sizeof kColors / sizeof *kColors)];
+      const size_t ci = se.color >= 0 ? static_cast<size_t>(se.color) : k;
+      const char* c = kColors[ci % (sizeof kColors / sizeof *kColors)];
       s += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.6\" points=\"{}\"/>\n", c, pts);
       if (pn.series.size() > 1 || !se.label.empty())
         s += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"3\" fill=\"{}\"/><text x=\"{}\" y=\"{}\">{}</text>\n",

@@ -10,6 +10,8 @@ namespace mc::report {
 struct Series {
   std::string label;
   std::vector<double> x, y;
+  int color = -1;  // index into the palette; -1: the series' place in its panel. One run keeps one
+                   // colour in every panel, even where another run has no points.
 };
 
 struct Panel {

@@ -255,6 +255,13 @@ def test_tensorboard_events_and_plot_hold_the_metrics(setup, tmp_path):
     r = mc("plot", str(tmp_path / "run"), str(tmp_path / "never-run"), "--skip-missing", "--out", str(tmp_path / "c2.svg"),
            "--metrics", "loss")
     assert "never-run has no metrics.jsonl, left out" in r.stderr and open(tmp_path / "c2.svg").read().count("<polyline") == 1
+    # A run keeps its colour in every panel, also where the run before it has no points.
+    for name, row in (("a", {"step": 1, "y": 1.0}), ("b", {"step": 1, "x": 2.0, "y": 2.0})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps(row) + "\n")
+    mc("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c3.svg"), "--metrics", "x,y")
+    lines = [l for l in open(tmp_path / "c3.svg").read().splitlines() if l.startswith("<polyline")]
+    assert len(lines) == 3 and sum('stroke="#d62728"' in l for l in lines) == 2, lines
 
 
 def test_two_gloo_ranks_equal_one_rank(setup, tmp_path):
