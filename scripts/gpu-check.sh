@@ -213,7 +213,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # What comes back: the state, reports, curves, stage logs and training metrics (no
       # checkpoints, no corpus).
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
-        report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json tokenizer/tokenizer.json \
+        report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json synth-r[l]/report.json tokenizer/tokenizer.json \
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
         ./*/profile/*.md ./*/profile/*.json gpu-samples.csv 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.

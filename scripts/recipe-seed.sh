@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# A recipe run's seed: its finished synth stage (synth/, synth-eval/ and a state.json that
-# lists that stage alone), the one stage whose output is small enough to travel to a fresh GPU
+# A recipe run's seed: its finished synth stage (synth/, synth-eval/, synth-rl/ where the recipe
+# makes it, and a state.json that lists that stage alone), the one stage whose output is small enough to travel to a fresh GPU
 # machine, where checkpoints are not. scripts/gpu-check.sh (STAGES=recipe) starts an empty run
 # folder from it (RECIPE_SEED, default .kb/recipe-seed.tgz), so the lease starts at corpus.
 #
@@ -31,6 +31,7 @@ state["stages"] = {"synth": synth}
 json.dump(state, open(sys.argv[2], "w"), indent=1)
 PY
   cp -r "$run/synth" "$run/synth-eval" "$tmp/"
+  [ -d "$run/synth-rl" ] && cp -r "$run/synth-rl" "$tmp/"
   [ -f "$run/recipe/synth.log" ] && cp "$run/recipe/synth.log" "$tmp/recipe/"
   mkdir -p "$(dirname "$out")"
   tar czf "$out" -C "$tmp" .

@@ -30,24 +30,51 @@ fs::path trainer_state(const fs::path& dir) {
   return best;
 }
 
+// A `musacoder synth` set is one folder holding problems/ and problems.jsonl: either names it.
+fs::path set_folder(const fs::path& p) {
+  fs::path c = fs::weakly_canonical(p);
+  if (c.filename() == "problems.jsonl" || (c.filename() == "problems" && fs::exists(c.parent_path() / "report.json")))
+    return c.parent_path();
+  return c;
+}
+
 // Whether two paths name the same benchmark: one holds the other (a checkout and its
-// KernelBench/ folder, or a level folder).
+// KernelBench/ folder, or a level folder; a synthesized set's problems/ and problems.jsonl).
 bool same_benchmark(const fs::path& a, const fs::path& b) {
-  auto ca = fs::weakly_canonical(a).string(), cb = fs::weakly_canonical(b).string();
+  auto ca = set_folder(a).string(), cb = set_folder(b).string();
   return ca == cb || ca.starts_with(cb + "/") || cb.starts_with(ca + "/");
 }
 
-// What a `musacoder synth` report in `dir` was decontaminated against: its absolute path, or,
-// where that is gone (the folder was made elsewhere and moved), the same path relative to `dir`
-// if it exists. "" when the report has no decontamination.
-std::string decontaminated_against(const json& r, const fs::path& dir) {
-  if (!r.is_object() || !r.contains("decontamination")) return "";
+// What a `musacoder synth` report in `dir` was decontaminated against, one path per folder: the
+// absolute path, or, where that is gone (the folder was made elsewhere and moved), the same path
+// relative to `dir` if it exists. Empty when the report has no decontamination.
+std::vector<std::string> decontaminated_against(const json& r, const fs::path& dir) {
+  std::vector<std::string> out;
+  if (!r.is_object() || !r.contains("decontamination")) return out;
   const json& d = r["decontamination"];
-  std::string abs = d.value("benchmark", "");
-  std::string rel = d.value("benchmark_relative", "");
-  if (!abs.empty() && fs::exists(abs)) return abs;
-  if (!rel.empty() && fs::exists(dir / rel)) return fs::weakly_canonical(dir / rel).string();
-  return abs;
+  auto resolve = [&](const std::string& abs, const std::string& rel) {
+    if (!abs.empty() && fs::exists(abs)) return abs;
+    if (!rel.empty() && fs::exists(dir / rel)) return fs::weakly_canonical(dir / rel).string();
+    return abs;
+  };
+  if (d.contains("against") && d["against"].is_array()) {
+    for (const auto& a : d["against"]) out.push_back(resolve(a.value("path", ""), a.value("relative", "")));
+  } else {  // reports made before there could be several
+    out.push_back(resolve(d.value("benchmark", ""), d.value("benchmark_relative", "")));
+  }
+  return out;
+}
+
+bool any_same(const std::vector<std::string>& paths, const fs::path& b) {
+  for (const auto& a : paths)
+    if (!a.empty() && same_benchmark(a, b)) return true;
+  return false;
+}
+
+std::string joined(const std::vector<std::string>& paths) {
+  std::string s;
+  for (const auto& p : paths) s += (s.empty() ? "" : ", ") + p;
+  return s;
 }
 
 // A folder's report.json (any command's), else null.
@@ -80,8 +107,8 @@ std::pair<fs::path, json> synth_folder(const fs::path& data_file) {
 }
 
 // What the evaluated problems were decontaminated against, when `musacoder synth` made them
-// (a problems.jsonl or its problems/ folder): "" otherwise.
-std::string eval_set_against(const std::string& problems) {
+// (a problems.jsonl or its problems/ folder): empty otherwise.
+std::vector<std::string> eval_set_against(const std::string& problems) {
   fs::path p(problems);
   std::vector<fs::path> dirs = {p.parent_path()};  // a problems.jsonl's folder, or a problems/ folder's parent
   if (fs::is_directory(p)) dirs.insert(dirs.begin(), p);
@@ -89,7 +116,7 @@ std::string eval_set_against(const std::string& problems) {
     json r = synth_report(dir);
     if (!r.is_null() && r.contains("decontamination")) return decontaminated_against(r, dir);
   }
-  return "";
+  return {};
 }
 
 }  // namespace
@@ -113,20 +140,20 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   std::string others;
   // Held-out problems synthesized against the training problems (`synth --decontaminate
   // TRAIN/problems`, as the recipe makes them) are clean the other way round.
-  const std::string eval_against = eval_set_against(problems);
+  const std::vector<std::string> eval_against = eval_set_against(problems);
   for (const auto& d : data) {
     const auto [train_dir, r] = synth_folder(d.get<std::string>());
-    if (!eval_against.empty() && !train_dir.empty() && same_benchmark(eval_against, train_dir)) {
+    if (!train_dir.empty() && any_same(eval_against, train_dir)) {
       ++kept_out;
     } else if (r.is_null()) {  // not a `musacoder synth` report
       ++unknown;
     } else if (!r.contains("decontamination")) {
       ++dirty;
-    } else if (same_benchmark(decontaminated_against(r, train_dir), problems)) {
+    } else if (any_same(decontaminated_against(r, train_dir), problems)) {
       ++clean;
     } else {
       ++other;
-      others = decontaminated_against(r, train_dir);
+      others = joined(decontaminated_against(r, train_dir));
     }
   }
   std::string files = std::to_string(data.size()) + " training file(s) named in " + state.string();
@@ -137,7 +164,7 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   if (clean) how = std::to_string(clean) + " synthesized by `musacoder synth --decontaminate` against these problems";
   if (kept_out)
     how += (how.empty() ? "" : "; ") + std::to_string(kept_out) + " kept out of them: the evaluated problems were "
-           "synthesized with --decontaminate against " + eval_against;
+           "synthesized with --decontaminate against " + joined(eval_against);
   return note("decontaminated", files + ": " + how + ".", data);
 }
 

@@ -30,7 +30,8 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--out", m.o.out_dir, "output folder");
   s->add_flag("--list-ops", m.list_ops, "print the op library (name, family, level-1, level-2 anchor) and exit");
   s->add_option("--seed", m.o.seed, "generation seed (same seed, same problems)")->capture_default_str();
-  s->add_option("--decontaminate", m.o.decontaminate_dir, "benchmark folder (e.g. a KernelBench checkout) to keep clear of");
+  s->add_option("--decontaminate", m.o.decontaminate_dirs,
+                 "benchmark folder (e.g. a KernelBench checkout) to keep clear of; repeat it for several");
   s->add_option("--teacher", m.o.teacher, "builtin, none, or an OpenAI-compatible URL")->capture_default_str();
   s->add_option("--teacher-model", m.o.teacher_model, "model name for an LLM teacher");
   s->add_option("--teacher-samples", m.o.teacher_samples, "LLM answers per problem")->capture_default_str();

@@ -314,6 +314,12 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       if (!st.is_object()) st = json::object();
       if (st.value("done", false) && !o.redo) {
         fmt::print(stderr, "recipe: {} finished before ({:.0f} s); skipped\n", s->name, st.value("seconds", 0.0));
+        // A stage the recipe has since grown (a seed packed before synth made RL's problems):
+        // what the new commands make is missing, and a later stage will say so. Say why here.
+        if (st.contains("commands") && st["commands"].is_array() && st["commands"].size() < s->commands.size())
+          fmt::print(stderr, "recipe: warning: {} finished with {} command(s) where the recipe now has {}: its newer "
+                     "outputs are missing (run it again: --stages {} --redo)\n", s->name, st["commands"].size(),
+                     s->commands.size(), s->name);
         bar.advance(1, s->name);
         continue;
       }

@@ -132,8 +132,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
     port_rules.emplace(port::load_rules());
     porter.emplace(*port_rules, port::Direction::kToMusa);
   }
-  if (!o.decontaminate_dir.empty())
-    MC_CHECK(fs::is_directory(o.decontaminate_dir), "--decontaminate: no folder ", o.decontaminate_dir);
+  for (const auto& d : o.decontaminate_dirs) MC_CHECK(fs::is_directory(d), "--decontaminate: no folder ", d);
   auto t0 = Clock::now();
   fs::path out(o.out_dir), work = out / "work";
   fs::create_directories(work / "candidates");
@@ -199,9 +198,10 @@ SynthReport run_synthesis(const SynthOptions& o) {
   lap("generate");
 
   // ---- 2. decontaminate ------------------------------------------------------------------
-  if (!o.decontaminate_dir.empty()) {
+  if (!o.decontaminate_dirs.empty()) {
     std::vector<std::string> bench_paths;
-    for (const auto& p : eval::load_problems(o.decontaminate_dir)) bench_paths.push_back(p->path);
+    for (const auto& d : o.decontaminate_dirs)
+      for (const auto& p : eval::load_problems(d)) bench_paths.push_back(p->path);
     fmt::print(stderr, "decontaminate: tracing {} benchmark problems and {} candidates\n", bench_paths.size(), items.size());
     Decontaminator dc(trace_problems(bench_paths, tc.python, tc.harness_dir), o.decontamination);
     std::vector<std::string> ours;
@@ -212,10 +212,16 @@ SynthReport run_synthesis(const SynthOptions& o) {
     for (size_t i = 0; i < live.size(); ++i) {
       if (auto c = dc.check(traces[i], compute_ops(live[i]->g))) drop(*live[i], "contaminated", c->rule + " with " + c->benchmark + " (" + c->detail + ")");
     }
-    // Also relative to this folder: a run folder that moves (a recipe's synth stage made on
-    // another machine and carried) still names its benchmark (bench/provenance.cc).
-    report["decontamination"] = {{"benchmark", fs::absolute(o.decontaminate_dir).string()},
-                                 {"benchmark_relative", fs::absolute(o.decontaminate_dir).lexically_normal().lexically_relative(fs::absolute(out).lexically_normal()).string()},
+    // Each folder also relative to this one: a run folder that moves (a recipe's synth stage
+    // made on another machine and carried) still names them (bench/provenance.cc). "benchmark"
+    // is the first, as before there could be several.
+    nlohmann::json against = nlohmann::json::array();
+    for (const auto& d : o.decontaminate_dirs) {
+      fs::path a = fs::absolute(d).lexically_normal();
+      against.push_back({{"path", a.string()}, {"relative", a.lexically_relative(fs::absolute(out).lexically_normal()).string()}});
+    }
+    report["decontamination"] = {{"benchmark", against[0]["path"]}, {"benchmark_relative", against[0]["relative"]},
+                                 {"against", against},
                                  {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
                                  {"dropped", dropped_by["contaminated"]}};
   }

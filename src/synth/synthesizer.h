@@ -29,7 +29,9 @@ struct SynthOptions {
   int count = 100;                 // problems to keep, spread evenly over the levels
   uint64_t seed = 0;
   std::string out_dir;
-  std::string decontaminate_dir;   // benchmark folder ("" : none)
+  // Folders to keep clear of (none: no decontamination): a benchmark checkout, and in a recipe
+  // the other synthesized sets (RL's problems are kept clear of both SFT's and evaluation's).
+  std::vector<std::string> decontaminate_dirs;
   DecontaminationOptions decontamination;
   std::string teacher = "builtin";  // builtin | none | an OpenAI-compatible base URL
   std::string teacher_model;        // LLM teacher: model name sent to the endpoint

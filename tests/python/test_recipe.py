@@ -36,6 +36,12 @@ def test_tiny_recipe_end_to_end(tmp_path):
     ev = json.load(open(run / "synth-eval" / "report.json"))
     assert ev["decontamination"]["benchmark"].endswith("synth/problems")
     assert ev["decontamination"]["benchmark_relative"] == "../synth/problems"  # a carried seed still names it
+    # RL's own problems, kept clear of both: SFT's (memorized) and evaluation's.
+    rl_set = json.load(open(run / "synth-rl" / "report.json"))
+    assert [a["relative"] for a in rl_set["decontamination"]["against"]] == ["../synth/problems", "../synth-eval/problems"]
+    rl_keys = {f"L{p['level']}/{os.path.splitext(os.path.basename(p['path']))[0]}"
+               for p in read_jsonl(run / "synth-rl" / "problems.jsonl")}
+    assert rl_keys
     # corpus: licences and sizes per source; the synthesized solutions are in it.
     rep = json.load(open(run / "corpus" / "report.json"))
     by = {s["name"]: s for s in rep["sources"]}
@@ -66,19 +72,22 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert json.load(open(run / "rft" / "report.json"))["repair"]["per_problem"] == 1
     rl1 = [m for m in read_jsonl(run / "rl" / "metrics.jsonl") if m.get("step") == 1]
     assert rl1 and rl1[0]["anchor_loss"] > 0 and "anchor_loss_change" in rl1[0]  # --anchor-data: SFT's data
-    # RL trained on 2 of the 4 problems (--max-problems 2); eval-rl-seen judged those, before and after.
+    # RL trained on synth-rl's problems (--max-problems 2); eval-rl-seen judged those, before and after.
     seen = open(run / "rl" / "problems.txt").read().split()
-    assert len(seen) == 2
+    assert 0 < len(seen) <= 2 and set(seen) <= rl_keys, (seen, rl_keys)
+    assert str(run / "synth-rl" / "problems.jsonl") in state["stages"]["rl"]["commands"][0]
     for e in ("rl-seen-before", "rl-seen-after"):
         assert sorted(json.load(open(run / "eval" / e / "run.json"))["problem_keys"]) == sorted(seen), e
     assert "rl-seen-after" in open(run / "report" / "rl-seen.md").read()
     # evaluation after sft and after rl, by bench-model, on the held-out problems.
     for e in ("sft", "rft", "rl", "rl-no-mirrorpop"):
         assert (run / "eval" / e / "report.json").exists(), os.listdir(run / "eval" / e)
-        # The held-out problems were synthesized against the training problems: the report says
-        # so, following rft's rows back to the problems they were sampled from.
+        # SFT and RFT: the held-out problems were synthesized against the training problems, and
+        # the report says so, following rft's rows back to the problems they were sampled from.
+        # RL: its problems were synthesized against the held-out ones.
         d = json.load(open(run / "eval" / e / "report.json"))["decontamination"]
-        assert d["status"] == "decontaminated" and "kept out of them" in d["text"], (e, d)
+        how = "kept out of them" if e in ("sft", "rft") else "against these problems"
+        assert d["status"] == "decontaminated" and how in d["text"], (e, d)
     # The report: both evaluations in order, as a table and a chart; the LM curves.
     md = open(run / "report" / "stages.md").read()
     assert "| 1 | " + str(run / "eval" / "sft") in md and "| 4 | " + str(run / "eval" / "rl-no-mirrorpop") in md
