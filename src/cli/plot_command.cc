@@ -49,14 +49,17 @@ std::optional<int> PlotCommand::run() {
   std::vector<std::string> runs;
   for (const auto& run : m.runs) {
     fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
-    if (m.skip_missing && !fs::exists(file)) fmt::print(stderr, "plot: {} has no metrics.jsonl, left out\n", run);
-    else runs.push_back(run);
+    if (fs::exists(file)) {
+      runs.push_back(run);
+      continue;
+    }
+    MC_CHECK(m.skip_missing, "no metrics.jsonl at ", file.string());
+    fmt::print(stderr, "plot: {} has no metrics.jsonl, left out\n", run);
   }
   MC_CHECK(!runs.empty(), "plot: none of the ", m.runs.size(), " runs has a metrics.jsonl");
   int next_color = 0;  // one per (run, kind), the same in every panel
   for (const auto& run : runs) {
     fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
-    MC_CHECK(fs::exists(file), "no metrics.jsonl at ", file.string());
     std::string label = fs::is_directory(run) ? fs::path(run).filename().string() : file.parent_path().filename().string();
     if (label.empty() || label == ".") label = fs::absolute(run).parent_path().filename().string();
     // kind -> one series per panel ("train", "eval", ...).
