@@ -1,6 +1,10 @@
 #include "rl/verdict_memory.h"
 
+#include "common/hash.h"
+
 namespace mc::rl {
+
+std::string problem_identity(const eval::Problem& p) { return p.key + "@" + sha256_hex(p.source).substr(0, 16); }
 
 const eval::EvalResult* VerdictMemory::find(const std::string& problem, const std::string& answer) const {
   auto it = by_answer_.find({problem, answer});

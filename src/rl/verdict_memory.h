@@ -1,4 +1,4 @@
-// Verdicts of answers judged earlier in the run, by (problem, answer text). A policy that is
+// Verdicts of answers judged earlier in the run, by (problem identity, answer text). A policy that is
 // close to deterministic writes the same answer to the same problem step after step, epoch
 // after epoch (the recipe's model: 62-100% of a step's groups were one answer eight times);
 // judging it again costs a compile, the correctness trials and, for a correct answer, timing
@@ -23,9 +23,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/problem.h"
 #include "eval/result.h"
 
 namespace mc::rl {
+
+// A problem as the memory (and a batch's twin detection) knows it: its key and a digest of its
+// source. A problem file changed under the same name (a set synthesized again in place, across a
+// resume) is then a new problem, not one whose old verdicts still hold.
+std::string problem_identity(const eval::Problem& p);
 
 class VerdictMemory {
  public:

@@ -155,6 +155,17 @@ TEST(PolicyLoss, ClippedSurrogateAndItsGradient) {
   EXPECT_THROW(clipped_policy_loss(lp2, old_lp.to(at::kFloat), at::zeros({4}), mask, o), mc::Error);
 }
 
+TEST(VerdictMemory, ProblemIdentityFollowsTheSourceNotOnlyTheName) {
+  mc::eval::Problem a;
+  a.key = "L1/2_IndexSelect";
+  a.source = "class Model: pass  # one set's problem\n";
+  mc::eval::Problem b = a;
+  EXPECT_EQ(problem_identity(a), problem_identity(b));
+  b.source = "class Model: pass  # another set's problem of the same name\n";
+  EXPECT_NE(problem_identity(a), problem_identity(b));
+  EXPECT_EQ(problem_identity(a).rfind(a.key + "@", 0), 0u);
+}
+
 TEST(VerdictMemory, RemembersJudgedAnswersEvictsTheOldestAndRoundTrips) {
   auto verdict = [](mc::eval::Verdict v, double reward) {
     mc::eval::EvalResult r;
