@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A recipe run's seed: its finished synth stage (synth/, synth-eval/, synth-rl/ where the recipe
 # makes it, and a state.json that lists that stage alone), the one stage whose output is small
-# enough to travel to a fresh GPU machine, where checkpoints are not. scripts/gpu-check.sh (STAGES=recipe) starts an empty run
-# folder from it (RECIPE_SEED, default .kb/recipe-seed.tgz), so the lease starts at corpus.
+# enough to travel to a fresh GPU machine, where checkpoints are not. scripts/gpu-check.sh
+# (STAGES=recipe) starts an empty run folder from it (RECIPE_SEED, default .kb/recipe-seed.tgz),
+# so the lease starts at corpus.
 #
 #   bash scripts/recipe-seed.sh pack RUN OUT.tgz
 #       pack the finished synth stage of RUN (gpu-check does this after every recipe call)

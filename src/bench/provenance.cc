@@ -59,8 +59,8 @@ std::vector<std::string> decontaminated_against(const json& r, const fs::path& d
   };
   if (d.contains("against") && d["against"].is_array()) {
     for (const auto& a : d["against"]) out.push_back(resolve(a.value("path", ""), a.value("relative", "")));
-  } else {  // reports made before there could be several
-    out.push_back(resolve(d.value("benchmark", ""), d.value("benchmark_relative", "")));
+  } else {  // reports made before there could be several, with the absolute path only
+    out.push_back(resolve(d.value("benchmark", ""), ""));
   }
   return out;
 }

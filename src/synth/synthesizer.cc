@@ -214,14 +214,13 @@ SynthReport run_synthesis(const SynthOptions& o) {
     }
     // Each folder also relative to this one: a run folder that moves (a recipe's synth stage
     // made on another machine and carried) still names them (bench/provenance.cc). "benchmark"
-    // is the first, as before there could be several.
+    // is the first folder's path, as reports gave it before there could be several.
     nlohmann::json against = nlohmann::json::array();
     for (const auto& d : o.decontaminate_dirs) {
       fs::path a = fs::absolute(d).lexically_normal();
       against.push_back({{"path", a.string()}, {"relative", a.lexically_relative(fs::absolute(out).lexically_normal()).string()}});
     }
-    report["decontamination"] = {{"benchmark", against[0]["path"]}, {"benchmark_relative", against[0]["relative"]},
-                                 {"against", against},
+    report["decontamination"] = {{"benchmark", against[0]["path"]}, {"against", against},
                                  {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},
                                  {"dropped", dropped_by["contaminated"]}};
   }

@@ -330,8 +330,8 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
                            ({"families": {}, "decontamination": {"benchmark": str(problems)}}, "decontaminated"),
                            # Made on another machine and carried (a recipe seed): the absolute path
                            # is gone there, the one relative to the synth folder still holds.
-                           ({"families": {}, "decontamination": {"benchmark": "/made/elsewhere/problems",
-                                                                  "benchmark_relative": os.path.relpath(problems, synth)}},
+                           ({"families": {}, "decontamination": {"benchmark": "/made/elsewhere/problems", "against": [
+                               {"path": "/made/elsewhere/problems", "relative": os.path.relpath(problems, synth)}]}},
                             "decontaminated")):
         (synth / "report.json").write_text(json.dumps(report))
         r = mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common,

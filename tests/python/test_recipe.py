@@ -35,7 +35,7 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert read_jsonl(run / "synth" / "dataset.jsonl")
     ev = json.load(open(run / "synth-eval" / "report.json"))
     assert ev["decontamination"]["benchmark"].endswith("synth/problems")
-    assert ev["decontamination"]["benchmark_relative"] == "../synth/problems"  # a carried seed still names it
+    assert ev["decontamination"]["against"][0]["relative"] == "../synth/problems"  # a carried seed still names it
     # RL's own problems, kept clear of both: SFT's (memorized) and evaluation's.
     rl_set = json.load(open(run / "synth-rl" / "report.json"))
     assert [a["relative"] for a in rl_set["decontamination"]["against"]] == ["../synth/problems", "../synth-eval/problems"]
