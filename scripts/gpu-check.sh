@@ -7,11 +7,50 @@
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
+SELF=$(realpath "$0")
 cd "$(dirname "$0")/.."
 export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench train"}
+# DETACH=NAME: run these stages detached from the call, as the recipe stage runs itself, in
+# /tmp/gpu-detached/NAME (it survives while the machine stays warm). The call waits up to
+# DETACH_WAIT seconds (default 540), then copies what the stages wrote so far to $OUT/NAME; a
+# later call with the same NAME, on the same warm machine, waits on the same run instead of
+# starting another. Several named runs may share a machine: one per GPU set
+# (CUDA_VISIBLE_DEVICES), e.g. the self-test on GPUs 0-2 and suite and bench on GPU 3.
+if [ -n "${DETACH:-}" ] && [ -z "${GPU_CHECK_DETACHED:-}" ]; then
+  D=/tmp/gpu-detached/$DETACH
+  mkdir -p "$D/out"
+  if [ -f "$D/pid" ] && kill -0 "$(cat "$D/pid")" 2>/dev/null; then
+    echo "$DETACH: still running (pid $(cat "$D/pid")), waiting on it"
+  elif [ -f "$D/rc" ]; then
+    echo "$DETACH: finished earlier (rc $(cat "$D/rc"))"
+  else
+    GPU_CHECK_DETACHED=1 OUT=$D/out setsid bash -c 'echo $$ > "$1/pid"; bash "$2"; echo $? > "$1/rc"' \
+      detached "$D" "$SELF" >> "$D/console.log" 2>&1 < /dev/null &
+    while [ ! -s "$D/pid" ]; do sleep 0.2; done
+    echo "$DETACH: started (pid $(cat "$D/pid")): $STAGES"
+  fi
+  end=$((SECONDS + ${DETACH_WAIT:-540}))
+  while kill -0 "$(cat "$D/pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+  mkdir -p "$OUT/$DETACH"
+  cp -r "$D/out/." "$OUT/$DETACH/" 2>/dev/null
+  cp "$D/console.log" "$OUT/$DETACH/console.log"
+  grep -v "^judge:" "$D/console.log" | tail -"${DETACH_TAIL:-25}"
+  if [ -f "$OUT/$DETACH/selftest/rows.jsonl" ]; then  # how far the self-test is
+    python3 -c 'import collections, json, sys
+c = collections.Counter()
+for line in open(sys.argv[1]):
+    try: r = json.loads(line)
+    except ValueError: continue
+    c[(r["problem"].split("/")[0], r["verdict"])] += 1
+print("selftest rows:", ", ".join(f"{l} {v} {n}" for (l, v), n in sorted(c.items())))' "$OUT/$DETACH/selftest/rows.jsonl"
+  fi
+  if [ -f "$D/rc" ]; then echo "$DETACH: finished (rc $(cat "$D/rc"))"; exit "$(cat "$D/rc")"; fi
+  echo "$DETACH: still running after this call's wait"
+  exit 0
+fi
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
   if [ -x build-device-dist/musacoder ]; then BIN=$PWD/build-device-dist/musacoder
@@ -59,8 +98,19 @@ for stage in $STAGES; do
     bench)
       # BENCH_ARGS, e.g. "--set kb-level1 --variants 5 --hang" (KernelBench's real level-1 files
       # at published sizes, from .kb/bench, and what one hanging candidate costs the others).
-      # shellcheck disable=SC2086
-      if [ -f bench/run_bench.sh ]; then BIN=$BIN bash bench/run_bench.sh ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bench.log" || rc=1; fi ;;
+      # Several runs separated by ";": the first writes $OUT/bench, the next $OUT/bench-2, ...
+      n=0
+      IFS=';' read -ra runs <<< "${BENCH_ARGS:-}"
+      [ ${#runs[@]} -eq 0 ] && runs=("")
+      for args in "${runs[@]}"; do
+        n=$((n + 1)); sfx=""; [ $n -gt 1 ] && sfx="-$n"
+        echo "bench$sfx: $args"
+        mkdir -p "$OUT/bench$sfx"
+        # shellcheck disable=SC2086
+        BIN=$BIN OUT=$OUT/bench$sfx.d bash bench/run_bench.sh $args 2>&1 | tee "$OUT/bench$sfx.log" || rc=1
+        if [ -d "$OUT/bench$sfx.d/bench" ]; then rm -rf "$OUT/bench$sfx"; mv "$OUT/bench$sfx.d/bench" "$OUT/bench$sfx"; fi
+        rm -rf "$OUT/bench$sfx.d"
+      done ;;
     service)
       # The GPU machines have no Redis: scripts/build-device.sh bundles one next to the binary.
       rs=$(command -v redis-server || true); rl=""

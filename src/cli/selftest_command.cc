@@ -6,6 +6,7 @@
 #include <cctype>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -154,28 +155,41 @@ std::optional<int> SelftestCommand::run() {
   std::ofstream rows_out(rows_path, std::ios::app);
   MC_CHECK(rows_out.good(), "cannot write ", rows_path.string());
   auto ev = make_evaluator(m.o);
-  std::vector<eval::SelftestLevel> timed;
+  // Every level in one queue: judged level by level, the GPUs of a several-GPU run waited for
+  // each level's last large problem. A level's wall is then the time until its last verdict.
+  std::vector<Candidate> cands;
   for (int level : levels) {
     auto problems = eval::load_problems(m.o.problems, level);
     if (m.limit > 0 && static_cast<int>(problems.size()) > m.limit) problems.resize(m.limit);
-    std::vector<Candidate> cands;
+    size_t before = cands.size();
     for (auto& c : eval::selftest_candidates(problems, m.negatives))
       if (!done.count({c.problem->key, c.sample_id})) cands.push_back(std::move(c));
     fmt::print(stderr, "selftest: level {}: {} problems, {} candidates to judge\n", level,
-               problems.size(), cands.size());
-    auto t0 = std::chrono::steady_clock::now();
-    auto rows = ev->run(cands, [&](const eval::EvalResult& r) {
-      rows_out << eval::to_json(r).dump() << "\n";
-      rows_out.flush();
-    });
-    double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::string key = std::to_string(level);
-    wall_so_far[key] = wall_so_far.value(key, 0.0) + wall;
-    write_file_atomic(wall_path, wall_so_far.dump() + "\n");
-    timed.push_back({level, wall_so_far[key].get<double>()});
-    all.insert(all.end(), rows.begin(), rows.end());
+               problems.size(), cands.size() - before);
   }
-  auto report = eval::selftest_report(all, timed);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<int, double> last_verdict;  // level -> seconds from t0 to its last verdict in this slice
+  auto rows = ev->run(cands, [&](const eval::EvalResult& r) {
+    rows_out << eval::to_json(r).dump() << "\n";
+    rows_out.flush();
+    last_verdict[r.level] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::vector<eval::SelftestLevel> timed;
+  for (int level : levels) {
+    std::string key = std::to_string(level);
+    wall_so_far[key] = wall_so_far.value(key, 0.0) + last_verdict[level];
+    timed.push_back({level, wall_so_far[key].get<double>()});
+  }
+  if (!wall_so_far.contains("all")) {  // slices before the one queue judged level after level
+    double sum = 0;
+    for (const auto& [k, v] : wall_so_far.items()) sum += v.get<double>();
+    wall_so_far["all"] = sum;
+  }
+  wall_so_far["all"] = wall_so_far["all"].get<double>() + wall;
+  write_file_atomic(wall_path, wall_so_far.dump() + "\n");
+  all.insert(all.end(), rows.begin(), rows.end());
+  auto report = eval::selftest_report(all, timed, wall_so_far["all"].get<double>());
   std::string table = eval::selftest_table(report);
   write_file_atomic(fs::path(m.out_dir) / "report.json", report.dump(2) + "\n");
   write_file_atomic(fs::path(m.out_dir) / "report.txt", table);

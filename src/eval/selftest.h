@@ -44,8 +44,11 @@ struct SelftestLevel {
   int level = 0;
   double wall_s = 0;
 };
+// levels: each level's wall time. All levels are judged in one queue (the GPUs never wait for a
+// level's last large problem), so a level's wall is the time until its last verdict, and
+// total_wall_s (the whole run's) is less than their sum; < 0: their sum.
 nlohmann::json selftest_report(const std::vector<EvalResult>& rows,
-                               const std::vector<SelftestLevel>& levels);
+                               const std::vector<SelftestLevel>& levels, double total_wall_s = -1);
 std::string selftest_table(const nlohmann::json& report);
 
 }  // namespace mc::eval

@@ -403,6 +403,12 @@ TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
   EXPECT_EQ(all["infra_errors"].get<int>(), 0);
   EXPECT_EQ(all["negatives"].get<int>(), 3);
   EXPECT_EQ(all["negatives_rejected"].get<int>(), 3) << all.dump();
+  // One queue for every level: a level's wall runs until its last verdict, all's is the run's.
+  auto wall = nlohmann::json::parse(mc::read_file(out + "/wall.json"));
+  EXPECT_GT(wall["1"].get<double>(), 0) << wall.dump();
+  EXPECT_GE(wall["all"].get<double>(), wall["1"].get<double>()) << wall.dump();
+  EXPECT_DOUBLE_EQ(all["wall_s"].get<double>(), wall["all"].get<double>());
+  EXPECT_GT(all["judge_exec_s"].get<double>(), 0) << all.dump();
   // How close the honest rows came to their relative-norm bound is measured (and under it).
   EXPECT_GT(all["closest_to_norm_bound"].get<double>(), 0) << all.dump();
   EXPECT_LT(all["closest_to_norm_bound"].get<double>(), 1) << all.dump();
