@@ -58,11 +58,14 @@ class Verdict(Exception):
         self.verdict, self.reason, self.rule, self.extra = verdict, reason, rule, extra
 
 
-def fingerprint(x, salt):
+def fingerprint(x, salt, on_host=False):
     """A salted, position-weighted sum of x's bits (int64, wrapping), chunk by chunk: equal for
     unchanged contents; a change that keeps it equal would have to know the salt, which the
     judge draws anew for every trial and never shares. Replaces a full copy of every input
-    (6 GB and more at KernelBench's published sizes)."""
+    (6 GB and more at KernelBench's published sizes). Where the device has no room even for a
+    chunk's temporaries (an honest float64 candidate's allocator held the rest of an H100 on
+    L1/34_InstanceNorm), the same sum over chunks copied to the host: integer sums that wrap
+    are equal in any order and on any device, so the two places agree exactly."""
     import torch
     from .compare import CHUNK
     if not isinstance(x, torch.Tensor):
@@ -70,14 +73,25 @@ def fingerprint(x, salt):
     views = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     flat = x.detach().contiguous().reshape(-1)
     bits = flat.view(views[flat.element_size()]) if flat.numel() else flat
-    acc = torch.zeros((), dtype=torch.int64, device=x.device)
     mult = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed int64
-    for s in range(0, bits.numel(), CHUNK):
-        idx = torch.arange(s, min(s + CHUNK, bits.numel()), device=x.device, dtype=torch.int64)
-        w = (idx + salt) * mult
-        w = w ^ (w >> 29)
-        acc += (bits[s:s + CHUNK].to(torch.int64) * w).sum()
-    return (tuple(x.shape), x.dtype, int(acc))
+
+    def total(dev):
+        acc = torch.zeros((), dtype=torch.int64, device=dev)
+        for s in range(0, bits.numel(), CHUNK):
+            idx = torch.arange(s, min(s + CHUNK, bits.numel()), device=dev, dtype=torch.int64)
+            w = (idx + salt) * mult
+            w = w ^ (w >> 29)
+            acc += (bits[s:s + CHUNK].to(dev, torch.int64) * w).sum()
+        return int(acc)
+    if on_host or not x.is_cuda:
+        value = total(torch.device("cpu"))
+    else:
+        try:
+            value = total(x.device)
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            value = total(torch.device("cpu"))
+    return (tuple(x.shape), x.dtype, value)
 
 
 def start_zygote(args):

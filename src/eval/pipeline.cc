@@ -6,7 +6,11 @@
 #include "eval/reward.h"
 #include "eval/static_check.h"
 
+#include <algorithm>
 #include <cctype>
+#include <chrono>
+#include <string_view>
+#include <thread>
 #include <utility>
 
 namespace mc::eval {
@@ -160,6 +164,10 @@ nlohmann::json GpuRunner::judge_request(const Candidate& c, const PreparedCandid
 
 namespace {
 
+// How often a judge start that ran out of device memory is tried again (1, 2, 4, 8, 16, then
+// every 30 s: about 10 minutes, longer than any published-size candidate judged alone takes).
+constexpr int kStartOutOfMemoryWaits = 25;
+
 double request_timeout_s(const EvalConfig& cfg_) {
   return cfg_.load_timeout_s + cfg_.trials * cfg_.trial_timeout_s +
          (cfg_.timing ? cfg_.timing_timeout_s + 4 * cfg_.timing_budget_s : 0) + 180;
@@ -242,6 +250,7 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
   // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
   // at all makes this GPU unavailable.
+  int oom_waits = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
       if (!exec_) exec_ = std::make_unique<Executor>(opts_);
@@ -250,6 +259,16 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
     } catch (const std::exception& e) {
       r.verdict = Verdict::kInfraError;
       r.infra_error = e.what();
+      // A judge that finds no device memory for its CUDA context while another lane judges a
+      // published-size problem alone (H100, L1/28_HardSigmoid beside a 6 GB problem): the
+      // memory comes back when that candidate is done. Waited for, not counted as a failure.
+      if (opts_.lanes > 1 && oom_waits < kStartOutOfMemoryWaits &&
+          std::string_view(e.what()).find("out of memory") != std::string_view::npos) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(std::min(30.0, double(1 << oom_waits))));
+        ++oom_waits;
+        --attempt;
+        continue;
+      }
       ++start_failures_;
       continue;
     }

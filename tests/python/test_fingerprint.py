@@ -28,3 +28,35 @@ def test_chunk_boundaries_are_covered():
     y = x.clone()
     y[-1] += 1
     assert fingerprint(y, 7) != a and fingerprint(x.clone(), 7) == a
+
+
+def test_host_fallback_gives_the_same_value(monkeypatch):
+    """Out of device memory for a chunk's temporaries, the fingerprint is taken on the host and
+    must equal the device's exactly (the check compares a fingerprint taken before the
+    candidate ran with one taken after). The device is simulated: a tensor that says it is on
+    CUDA, and an allocation there that runs out of memory, as on the H100."""
+    x = torch.randn(3 * (1 << 24) // 2 + 17)
+    want = fingerprint(x, 4242)
+    assert fingerprint(x, 4242, on_host=True) == want
+
+    class OnDevice(torch.Tensor):
+        @property
+        def is_cuda(self):
+            return True
+
+        @property
+        def device(self):
+            return torch.device("cuda", 0)
+    fake = x.as_subclass(OnDevice)
+    real_zeros = torch.zeros
+    asked = []
+
+    def zeros(*a, **k):
+        if str(k.get("device", "")).startswith("cuda"):
+            asked.append(k["device"])
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 128.00 MiB")
+        return real_zeros(*a, **k)
+    monkeypatch.setattr(torch, "zeros", zeros)
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    assert fingerprint(fake, 4242) == want
+    assert asked  # the device was tried first

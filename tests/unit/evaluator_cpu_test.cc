@@ -236,6 +236,49 @@ TEST(EvaluatorCpu, JudgeOutOfMemoryIsInfraAndTheRunGoesOn) {
   }
 }
 
+// A judge that finds no device memory for its CUDA context (another lane judges a published-size
+// problem alone) waits for the memory instead of failing its candidate (H100: L1/28_HardSigmoid
+// became an infra error so). CPU analogue: a copy of the harness whose judge answers its first
+// four starts with CUDA's out-of-memory greeting (each lane's warm-up takes one, the lane that
+// judges two more, which used to be its two tries); the candidate is then judged, and ok.
+TEST(EvaluatorCpu, JudgeStartOutOfMemoryIsWaitedFor) {
+  mc::TempDir dir;
+  auto harness = dir.path() / "harness";
+  mc::fs::copy(mc::test::source_dir() + "/python", harness, mc::fs::copy_options::recursive);
+  auto judge_py = harness / "musacoder_harness" / "judge.py";
+  std::string src = mc::read_file(judge_py);
+  const std::string at = "    args = ap.parse_args()\n";
+  ASSERT_NE(src.find(at), std::string::npos);
+  const std::string count = (dir.path() / "starts").string();
+  src.replace(src.find(at), at.size(),
+              at + "    with open(" + "'" + count + "', 'a+') as f:\n"
+                   "        f.write('x')\n        f.seek(0)\n        n = len(f.read())\n"
+                   "    if n <= 4:\n"
+                   "        print(json.dumps({'op': 'hello', 'ok': False, 'error': 'AcceleratorError: CUDA error: "
+                   "out of memory'}), flush=True)\n        return 3\n");
+  mc::write_file_atomic(judge_py, src);
+  setenv("MUSACODER_HARNESS_DIR", harness.c_str(), 1);
+  auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  ProblemPtr add;
+  for (const auto& p : problems)
+    if (p->key == "1_Add") add = p;
+  ASSERT_TRUE(add);
+  Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+  EvalConfig cfg;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  std::vector<EvalResult> rows;
+  {
+    Evaluator ev(cfg, o);
+    rows = ev.run({c}, nullptr);
+  }
+  unsetenv("MUSACODER_HARNESS_DIR");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].verdict, Verdict::kOk) << rows[0].reason << " | " << rows[0].infra_error;
+  EXPECT_GE(mc::read_file(count).size(), 5u);  // four starts refused, then one that served
+}
+
 // GPU indices count within this process's CUDA_VISIBLE_DEVICES (as CUDA's do): under SLURM or
 // torchrun, GPU 0 of a job given GPUs 4 and 5 is the machine's GPU 4, and its judge and lane gate
 // must be that one's.
