@@ -89,7 +89,8 @@ class Candidate:
             if dtype != torch.float32:
                 model = model.to(dtype)
             self.model = model
-        self._reserve_poisoned_memory(int(msg.get("reserve_bytes", 0)))
+        self.reserve_bytes = int(msg.get("reserve_bytes", 0))
+        self._reserve_poisoned_memory(self.reserve_bytes)
         reply = {"op": "loaded", "compile_path": self.compile_path}
         if self.format != "native":  # what parameter re-draws can reach (params.py)
             from .params import tensor_specs
@@ -224,6 +225,20 @@ class Candidate:
             block = torch.empty(nbytes, dtype=torch.uint8, device=self.device)
             block.fill_(0xFF)
             del block  # stays in the caching allocator: later allocations carve from it
+
+    def trim(self, msg):
+        """The judge needs device memory this process's allocator keeps cached (its float64 reference or
+        its copy of our outputs, at published sizes): the cache goes back to the driver, then
+        the poisoned reserve is made again, as at load, so that fresh output memory still
+        reads NaN. Live tensors (outputs not yet released) stay."""
+        freed = 0
+        if self.cuda:
+            torch = self.torch
+            before = torch.cuda.memory_reserved(self.device)
+            torch.cuda.empty_cache()
+            freed = before - torch.cuda.memory_reserved(self.device)
+            self._reserve_poisoned_memory(getattr(self, "reserve_bytes", 0))
+        return {"op": "trimmed", "freed_bytes": int(freed)}
 
     def _poison_cached_blocks(self):
         if not self.cuda:
@@ -398,7 +413,7 @@ def serve(in_fd, out_fd, device, share_dir, scratch, t0):
                            "startup_s": time.monotonic() - t0, "parts_s": parts,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
     handlers = {"load": cand.load, "run": cand.run, "warmup": cand.warmup,
-                "calibrate": cand.calibrate}
+                "calibrate": cand.calibrate, "trim": cand.trim}
     while True:
         try:
             msg = protocol.recv(in_fd)

@@ -422,7 +422,7 @@ class Judge:
         plan["timing_sets"] = int(max(1, min(8, (free - margin) // max(1, per_set))))
         return plan
 
-    def snapshot(self, x, plan):
+    def snapshot(self, x, plan, trim=None):
         """A private copy of a candidate's output, which it cannot reach: on the device, or in
         host memory when the plan says the device cannot hold it. The plan counts what the
         judge holds, not what the candidate's own allocator keeps after its forward: an honest
@@ -440,15 +440,24 @@ class Judge:
             if not x.is_cuda:
                 raise
         torch.cuda.empty_cache()
+        if trim is not None:  # the candidate's cache (its float64 intermediates), not its outputs
+            trim()
+            try:
+                return x.clone()
+            except torch.OutOfMemoryError:
+                torch.cuda.empty_cache()
         plan["snapshots"] = "host"
         plan["snapshots_why"] = "device out of memory at a snapshot"
         return x.to("cpu")
 
-    def truth_run(self, ref_model, inputs, ref, plan, res):
+    def truth_run(self, ref_model, inputs, ref, plan, res, trim=None):
         """The trial's reference in float64 (same parameters, same inputs): the yardstick of
         compare_outputs. On the host where the plan says so or the device runs out of memory;
         None (recorded) where neither can: the comparison is then against PyTorch's result
-        with the plain tolerance."""
+        with the plain tolerance. trim(): asks the candidate process to return its allocator's
+        cache; on the device's first out-of-memory, before the host is tried (H100, published
+        sizes: after a trial the candidate's cache held the room the float64 reference needs,
+        and trials 2-5 of every 6 GB problem ran it on the host, 10-20 s each)."""
         import copy
         from .compare import reference_truth
         torch = self.torch
@@ -471,9 +480,15 @@ class Judge:
                     raise
                 except Exception:
                     out = copy.deepcopy(ref_model).to(dev, torch.float64)(*x64)
+                del x64  # the float64 inputs are done with: their room is the rounded copy's
                 return reference_truth(ref, out)
         places = ["device", "host"] if plan.get("truth") == "device" else ["host"]
-        for place in places:
+        if trim is not None and self.cuda and places[0] == "device":
+            places.insert(1, "device")  # once more, after the trim
+        for i, place in enumerate(places):
+            if i and place == "device":  # a candidate that fails to answer gets its verdict here
+                res["trims"] = res.get("trims", 0) + 1
+                trim()
             try:
                 summary = on(self.device if place == "device" else torch.device("cpu"))
             except (torch.OutOfMemoryError, MemoryError):
@@ -612,6 +627,12 @@ class Judge:
             redraw_to = self._redraw_mapping(ref_model, rep, native, res)
 
             passed, first_mismatch = 0, None
+
+            def trim():  # the candidate's allocator cache back to the driver (truth_run, snapshot)
+                rep = self._ask(cand, {"op": "trim"}, 60, "correctness")
+                freed = rep.get("freed_bytes")  # the candidate's word: a diagnostic, never trusted
+                if isinstance(freed, int) and not isinstance(freed, bool):
+                    res["trimmed_bytes"] = res.get("trimmed_bytes", 0) + freed
             parts = res["trial_parts_s"] = {}  # where trial time goes (judge side + candidate's)
             limits = res["trial_limits_s"] = []
             extra_atol = None  # per output: the numerics allowance of native-input trials
@@ -634,7 +655,7 @@ class Judge:
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
                 t_part = part("reference", t_part)
-                truth = self.truth_run(ref_model, inputs, ref, plan, res)
+                truth = self.truth_run(ref_model, inputs, ref, plan, res, trim)
                 t_part = part("truth", t_part)
                 shared = [share_value(x, share) for x in inputs]
                 inputs = [v for _, v in shared]  # what the candidate sees (and could write)
@@ -654,7 +675,7 @@ class Judge:
                     if isinstance(v, (int, float)):
                         parts["cand_" + str(k)[:20]] = parts.get("cand_" + str(k)[:20], 0.0) + float(v)
                 try:
-                    outs = [self.snapshot(open_tensor(d, share), plan) for d in rep.get("outputs", [])]
+                    outs = [self.snapshot(open_tensor(d, share), plan, trim) for d in rep.get("outputs", [])]
                 except torch.OutOfMemoryError:
                     raise  # the judge's own memory: an infra error (evaluate), never a verdict
                 except Exception as e:

@@ -52,3 +52,66 @@ def test_device_snapshots_are_private_copies():
     got = snapshot(x, plan)
     x.add_(1)
     assert torch.equal(got, torch.arange(3.0)) and plan == {"snapshots": "device"}
+
+
+class OnceOutOfMemory(DeviceOutput):
+    """An output whose device copy runs out of memory once: after the candidate's allocator
+    cache went back to the driver (trim), it fits."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self.tries = 0
+
+    def clone(self):
+        self.tries += 1
+        if self.tries == 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 6.00 GiB")
+        return self.value.clone()
+
+
+def test_a_snapshot_that_runs_out_of_memory_trims_the_candidate_first():
+    plan, trims = {"snapshots": "device"}, []
+    x = OnceOutOfMemory(torch.arange(4.0))
+    got = Judge.snapshot(FakeJudge(), x, plan, lambda: trims.append(1))
+    assert torch.equal(got, torch.arange(4.0)) and trims == [1] and x.copies_to == []
+    assert plan == {"snapshots": "device"}  # later snapshots stay on the device
+    y = DeviceOutput(torch.ones(2))  # still no room after the trim: the host, as before
+    assert torch.equal(Judge.snapshot(FakeJudge(), y, plan, lambda: trims.append(1)), torch.ones(2))
+    assert trims == [1, 1] and y.copies_to == ["cpu"] and plan["snapshots"] == "host"
+
+
+class ShortOfMemory(torch.nn.Module):
+    """A reference whose float64 run finds the device full `times` times (the candidate's
+    allocator cache held the room, H100), then runs."""
+
+    def __init__(self, times):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.tensor([2.0]))
+        self.left = times
+
+    def forward(self, x):
+        if x.dtype == torch.float64 and self.left > 0:
+            self.left -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB")
+        return x * self.w
+
+
+class TruthJudge:
+    """What Judge.truth_run reads: torch, its device (the CPU stands in) and whether it is CUDA."""
+    torch = torch
+    device = torch.device("cpu")
+    cuda = True
+
+
+def test_the_float64_reference_trims_the_candidate_before_it_leaves_the_device():
+    x = torch.rand(8)
+    for times, where in ((1, ["device"]), (2, ["host"])):
+        model, trims, res = ShortOfMemory(times), [], {}
+        ref = model(x)
+        truth = Judge.truth_run(TruthJudge(), model, [x], ref, {"truth": "device"}, res,
+                                lambda: trims.append(1))
+        assert res["truth_on"] == where and res["trims"] == 1 and trims == [1], (times, res)
+        assert torch.equal(truth[0][0], ref)  # the float64 result, rounded
+    res = {}  # without a trim (a plain call): device, then host, as before
+    Judge.truth_run(TruthJudge(), ShortOfMemory(1), [x], x * 2, {"truth": "device"}, res)
+    assert res["truth_on"] == ["host"] and "trims" not in res

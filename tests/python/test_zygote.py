@@ -31,6 +31,8 @@ def test_forked_candidate_serves_the_judge_and_its_death_is_reported(zygote, tmp
     ready = c.wait_ready(120)
     assert ready["op"] == "ready" and ready["pid"] == c.pid
     assert c.request({"op": "calibrate", "iters": 5}, 60)["op"] == "calibrated"
+    trimmed = c.request({"op": "trim"}, 60)  # the judge short of memory: our cache back (none on the CPU)
+    assert trimmed == {"op": "trimmed", "freed_bytes": 0}, trimmed
     os.kill(c.pid, signal.SIGSEGV)
     assert c._exit_description() == "killed by SIGSEGV"
     c.kill()
