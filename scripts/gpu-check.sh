@@ -224,7 +224,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
     recipe)
       # The one-GPU recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
       # RECIPE_RUN: the run folder (default /tmp/recipe-run: it survives while the machine stays
-      # warm); RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...). The recipe runs
+      # warm); RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...); RECIPE_GPUS: the GPUs
+      # it may use (default every one; a `together` group such as rl and its arms spreads over them). The recipe runs
       # detached from this call: the call waits RECIPE_TIMEOUT seconds (default 540) for it, and
       # the next call, on the same warm machine, waits on the same process instead of restarting
       # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes.
@@ -239,9 +240,12 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
       fi
-      # The GPU's utilization and memory every 2 s while the machine is held (gpu-samples.csv).
+      # The GPUs' utilization and memory every 2 s while the machine is held (gpu-samples.csv:
+      # timestamp, GPU index, utilization, memory used).
       if ! { [ -f "$R/smi.pid" ] && kill -0 "$(cat "$R/smi.pid")" 2>/dev/null; }; then
-        setsid nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv,noheader -l 2 \
+        # shellcheck disable=SC2046
+        setsid nvidia-smi $([ -n "${RECIPE_GPUS:-}" ] && echo "-i $RECIPE_GPUS") \
+          --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 2 \
           >> "$R/gpu-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi.pid"
       fi
       if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
@@ -249,7 +253,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       else
         rm -f "$R/recipe.pid"
         # shellcheck disable=SC2086
-        R=$R BIN=$BIN setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
+        # RECIPE_GPUS: the GPUs it may use (default every one): a `together` group spreads over them.
+        R=$R BIN=$BIN env ${RECIPE_GPUS:+CUDA_VISIBLE_DEVICES=$RECIPE_GPUS} setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
           --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe-console.log" 2>&1 < /dev/null &
         while [ ! -s "$R/recipe.pid" ]; do sleep 0.2; done
         echo "recipe: started (pid $(cat "$R/recipe.pid"))"

@@ -13,7 +13,7 @@ struct RecipeCommand::Impl {
   CLI::App* cmd = nullptr;
   std::string recipe;
   recipe::RunOptions o;
-  std::vector<std::string> stages, sets;
+  std::vector<std::string> stages, sets, gpus;
   bool list = false, no_progress = false;
 };
 
@@ -26,6 +26,10 @@ RecipeCommand::RecipeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.cmd->add_option("--from", m.o.from, "start at this stage (the ones before it must have finished)");
   m.cmd->add_option("--set", m.sets, "NAME=VALUE: override a [vars] value (repeatable)");
   m.cmd->add_flag("--redo", m.o.redo, "run the selected stages again even if they finished");
+  m.cmd->add_option("--gpus", m.gpus,
+                    "GPUs that a `together` group's stages are spread over, one each in turn, comma-separated "
+                    "(CUDA's names; default: CUDA_VISIBLE_DEVICES, else every /dev/nvidiaN; one or none: no spreading)")
+      ->delimiter(',');
   m.cmd->add_flag("--list", m.list, "print the stages and their commands, run nothing");
   m.cmd->add_flag("--no-progress", m.no_progress, "no progress bar");
 }
@@ -38,7 +42,11 @@ std::optional<int> RecipeCommand::run() {
   recipe::Recipe r = recipe::load_recipe(m.recipe);
   if (m.list) {
     for (const auto& s : r.stages) {
-      fmt::print("{:<14} {}\n", s.name, s.about);
+      std::string group;
+      if (!s.together.empty())
+        group = fmt::format(" [together: {}{}]", s.together,
+                            s.per_gpu > 0 ? fmt::format(", {} per GPU", s.per_gpu) : std::string());
+      fmt::print("{:<14} {}{}\n", s.name, s.about, group);
       for (const auto& c : s.commands) {
         std::string line;
         for (const auto& a : c) line += (line.empty() ? "" : " ") + a;
@@ -54,6 +62,7 @@ std::optional<int> RecipeCommand::run() {
     m.o.set[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   m.o.only = m.stages;
+  m.o.gpus = m.gpus.empty() ? recipe::visible_gpus() : m.gpus;
   m.o.progress = !m.no_progress;
   auto state = recipe::run_recipe(r, m.o);
   size_t w = 5;

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/gpus.h"
 
 namespace mc::eval {
 
@@ -16,23 +17,12 @@ int default_spares(const std::string& device, int requested) {
 
 std::string visible_gpu(int gpu) {
   MC_CHECK(gpu >= 0, "GPU index ", gpu, " is negative");
-  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (!env) return std::to_string(gpu);
-  std::vector<std::string> ids;
-  std::string id;
-  for (const char* c = env;; ++c) {
-    if (*c == ',' || *c == '\0') {
-      while (!id.empty() && isspace(static_cast<unsigned char>(id.back()))) id.pop_back();
-      if (!id.empty()) ids.push_back(id);
-      id.clear();
-      if (*c == '\0') break;
-    } else if (!(id.empty() && isspace(static_cast<unsigned char>(*c)))) {
-      id += *c;
-    }
-  }
-  MC_CHECK(static_cast<size_t>(gpu) < ids.size(), "GPU ", gpu, " is not visible to this process: CUDA_VISIBLE_DEVICES=\"",
-           env, "\" lists ", ids.size(), " device", ids.size() == 1 ? "" : "s", " (GPU indices count from 0 within it)");
-  return ids[static_cast<size_t>(gpu)];
+  auto ids = cuda_visible_devices();
+  if (!ids) return std::to_string(gpu);
+  MC_CHECK(static_cast<size_t>(gpu) < ids->size(), "GPU ", gpu, " is not visible to this process: CUDA_VISIBLE_DEVICES=\"",
+           std::getenv("CUDA_VISIBLE_DEVICES"), "\" lists ", ids->size(), " device", ids->size() == 1 ? "" : "s",
+           " (GPU indices count from 0 within it)");
+  return (*ids)[static_cast<size_t>(gpu)];
 }
 
 int default_lanes(const std::string& device, int requested) {

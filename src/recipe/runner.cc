@@ -17,6 +17,7 @@
 
 #include "common/check.h"
 #include "common/fs.h"
+#include "common/gpus.h"
 #include "common/home.h"
 #include "common/progress.h"
 #include "common/subprocess.h"
@@ -108,11 +109,24 @@ Recipe load_recipe(const std::string& path) {
       MC_CHECK(g->is_string() && !g->value<std::string>()->empty(), where, ": 'together' must be a group's name (a string)");
       s.together = *g->value<std::string>();
     }
+    if (auto* pg = (*st).get("together_per_gpu")) {
+      MC_CHECK(!s.together.empty(), where, ": 'together_per_gpu' belongs to a stage of a `together` group");
+      MC_CHECK(pg->is_integer() && *pg->value<int64_t>() >= 1, where, ": 'together_per_gpu' must be a whole number >= 1");
+      s.per_gpu = static_cast<int>(*pg->value<int64_t>());
+    }
     if (auto* env = (*st)["env"].as_table())
       for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
     r.stages.push_back(std::move(s));
   }
   return r;
+}
+
+std::vector<std::string> visible_gpus() {
+  if (auto ids = cuda_visible_devices()) return *ids;
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (int i = 0; fs::exists("/dev/nvidia" + std::to_string(i), ec); ++i) out.push_back(std::to_string(i));
+  return out;
 }
 
 std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir,
@@ -224,7 +238,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
 
   // One stage's commands in order. Returns "" when they all exit 0, else what went wrong (and
   // records it); `stopped` is set when SIGINT/SIGTERM stopped it.
-  auto run_stage = [&](const RecipeStage* s, bool& stopped) -> std::string {
+  auto run_stage = [&](const RecipeStage* s, bool& stopped, const std::string& on_gpu) -> std::string {
     const std::string log = (fs::path(run) / "recipe" / (s->name + ".log")).string();
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -234,6 +248,8 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       st["started_at"] = now_utc();
       st["commands"] = json::array();
       if (!s->together.empty()) st["together"] = s->together;
+      if (!on_gpu.empty()) st["gpu"] = on_gpu;
+      else st.erase("gpu");
       save_state();
     }
     auto t0 = Clock::now();
@@ -258,6 +274,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       so.argv = {"/bin/sh", "-c", "exec \"$@\" >>\"$MC_RECIPE_LOG\" 2>&1", "sh"};
       so.argv.insert(so.argv.end(), argv.begin(), argv.end());
       so.env_set["MC_RECIPE_LOG"] = log;
+      if (!on_gpu.empty()) so.env_set["CUDA_VISIBLE_DEVICES"] = on_gpu;
       for (const auto& [k, v] : s->env) so.env_set[k] = expand(v, values, run);
       so.capture_stdout = so.capture_stderr = false;
       Subprocess p(so);
@@ -295,6 +312,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     save_state();
     json row = {{"stage", s->name}, {"seconds", secs}, {"device", st["device"]}, {"finished_at", st["finished_at"]}};
     if (!s->together.empty()) row["together"] = s->together;
+    if (!on_gpu.empty()) row["gpu"] = on_gpu;
     stages_log << row.dump() << "\n";
     stages_log.flush();
     bar.advance(1, s->name);
@@ -331,24 +349,34 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     std::vector<char> stopped(now.size(), 0);
     if (now.size() == 1) {
       bool st = false;
-      errors[0] = run_stage(now[0], st);
+      errors[0] = run_stage(now[0], st, "");
       stopped[0] = st;
     } else {
-      fmt::print(stderr, "recipe: {} stages together ({}):", now.size(), now[0]->together);
+      // Spread over the GPUs, one each in turn; at most per_gpu of them on one GPU at a time.
+      const size_t ngpu = o.gpus.size() >= 2 ? o.gpus.size() : 1;
+      const int per_gpu = now[0]->per_gpu;
+      const size_t wave = per_gpu > 0 ? std::min(now.size(), static_cast<size_t>(per_gpu) * ngpu) : now.size();
+      fmt::print(stderr, "recipe: {} stages together ({}", now.size(), now[0]->together);
+      if (ngpu > 1) fmt::print(stderr, ", over {} GPUs", ngpu);
+      if (wave < now.size()) fmt::print(stderr, ", {} at a time", wave);
+      fmt::print(stderr, "):");
       for (const auto* s : now) fmt::print(stderr, " {}", s->name);
       fmt::print(stderr, "\n");
-      std::vector<std::thread> threads;
-      for (size_t k = 0; k < now.size(); ++k)
-        threads.emplace_back([&, k] {
-          bool st = false;
-          try {
-            errors[k] = run_stage(now[k], st);
-          } catch (const std::exception& e) {
-            errors[k] = str_cat("recipe stage '", now[k]->name, "': ", e.what());
-          }
-          stopped[k] = st;
-        });
-      for (auto& t : threads) t.join();
+      for (size_t first = 0; first < now.size() && !g_stop; first += wave) {
+        std::vector<std::thread> threads;
+        for (size_t k = first; k < std::min(now.size(), first + wave); ++k)
+          threads.emplace_back([&, k, first] {
+            bool st = false;
+            const std::string on_gpu = ngpu > 1 ? o.gpus[(k - first) % ngpu] : "";
+            try {
+              errors[k] = run_stage(now[k], st, on_gpu);
+            } catch (const std::exception& e) {
+              errors[k] = str_cat("recipe stage '", now[k]->name, "': ", e.what());
+            }
+            stopped[k] = st;
+          });
+        for (auto& t : threads) t.join();
+      }
     }
     for (size_t k = 0; k < now.size(); ++k)
       if (stopped[k]) throw Error(errors[k]);

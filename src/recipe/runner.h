@@ -12,9 +12,12 @@
 //   {resume:DIR}     "--resume" when DIR has a checkpoint, else the argument is dropped
 //
 // Stages next to each other that name the same `together` group run at once, each its own
-// commands in order (the paper's ablation arms: same start, same budget, side by side on one
-// GPU, so each has the same conditions and the group takes the time of its slowest arm when
-// the GPU has room). One failing does not stop the others; the group then fails, naming it.
+// commands in order (the paper's ablation arms: same start, same budget, side by side, so each
+// has the same conditions and the group takes the time of its slowest arm). On a machine with
+// several GPUs they are spread over them, one each in turn (RunOptions::gpus);
+// `together_per_gpu = N` lets at most N of them share one GPU at a time, the rest waiting for a
+// place (arms that do not fit beside each other run one after another on one GPU, all at once on
+// as many). One failing does not stop the others; the group then fails, naming it.
 //
 // A stage that finished is recorded in RUN/recipe/state.json and skipped when the recipe runs
 // again, so a recipe runs across many short slices of GPU time; a stage that stopped part way
@@ -37,6 +40,7 @@ struct RecipeStage {
   std::vector<std::vector<std::string>> commands;  // run in order, each must exit 0
   std::map<std::string, std::string> env;          // added to every command's environment
   std::string together;                            // run at once with the stages next to it that name it
+  int per_gpu = 0;  // together_per_gpu: at most this many of the group on one GPU at once (0: no limit)
 };
 
 struct Recipe {
@@ -55,7 +59,14 @@ struct RunOptions {
   std::map<std::string, std::string> set; // --set NAME=VALUE
   bool redo = false;                      // run the selected stages even if they finished
   bool progress = true;
+  // GPUs (CUDA's names: an index or a UUID) that the stages of a `together` group are spread
+  // over, one each in turn, through CUDA_VISIBLE_DEVICES. Fewer than two: no spreading.
+  std::vector<std::string> gpus;
 };
+
+// The GPUs this machine shows: CUDA_VISIBLE_DEVICES's list where it is set, else one per
+// /dev/nvidiaN. The default of `recipe --gpus`.
+std::vector<std::string> visible_gpus();
 
 // Expands one argument (placeholders above). With `check_only`, names an unknown or unclosed
 // placeholder without looking for checkpoints ({last:} and {resume:} expand to nothing): the

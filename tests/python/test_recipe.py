@@ -261,3 +261,40 @@ def test_stages_together_run_at_once(tmp_path):
     recipe.write_text('[[stage]]\nname = "x"\ntogether = 3\ncommands = [["true"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
     assert r.returncode == 2 and "'together' must be a group's name" in r.stderr, r.stderr
+
+
+def test_together_stages_spread_over_gpus(tmp_path):
+    """With several GPUs a group's stages get one each in turn (CUDA_VISIBLE_DEVICES), and
+    `together_per_gpu = 1` starts the rest as GPUs come free: the paper's arms, which do not fit
+    beside each other on one H100, run at once on four and one after another on one."""
+    recipe = tmp_path / "r.toml"
+    stages = ""
+    for name in ("a", "b", "c"):
+        body = (f"echo $CUDA_VISIBLE_DEVICES > {{run}}/{name}.gpu; date +%s.%N > {{run}}/{name}.start; "
+                f"sleep 1; date +%s.%N > {{run}}/{name}.end")
+        stages += (f'[[stage]]\nname = "{name}"\ntogether = "arms"\ntogether_per_gpu = 1\n'
+                   f'commands = [["sh", "-c", "{body}"]]\n\n')
+    recipe.write_text(stages)
+
+    def times(run):
+        return ([float(open(run / f"{n}.start").read()) for n in "abc"],
+                [float(open(run / f"{n}.end").read()) for n in "abc"])
+    run = tmp_path / "run"
+    mc("recipe", recipe, "--out", run, "--no-progress", "--gpus", "5,GPU-7f")
+    assert [open(run / f"{n}.gpu").read().strip() for n in "abc"] == ["5", "GPU-7f", "5"]
+    (sa, sb, sc), (ea, eb, ec) = times(run)
+    assert max(sa, sb) < min(ea, eb) and sc >= max(ea, eb), "a and b at once, c once a GPU was free"
+    state = json.load(open(run / "recipe" / "state.json"))
+    assert [state["stages"][n]["gpu"] for n in "abc"] == ["5", "GPU-7f", "5"]
+    rows = read_jsonl(run / "recipe" / "stages.jsonl")
+    assert sorted(r["gpu"] for r in rows) == ["5", "5", "GPU-7f"]
+    # One GPU (or none): one stage at a time, each with the machine's own CUDA_VISIBLE_DEVICES.
+    run = tmp_path / "run-one"
+    mc("recipe", recipe, "--out", run, "--no-progress", env=dict(os.environ, CUDA_VISIBLE_DEVICES="3"))
+    starts, ends = times(run)
+    assert starts[1] >= ends[0] and starts[2] >= ends[1], (starts, ends)
+    assert [open(run / f"{n}.gpu").read().strip() for n in "abc"] == ["3", "3", "3"]
+    assert "gpu" not in json.load(open(run / "recipe" / "state.json"))["stages"]["a"]
+    recipe.write_text('[[stage]]\nname = "x"\ntogether_per_gpu = 1\ncommands = [["true"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
+    assert r.returncode == 2 and "'together_per_gpu' belongs to a stage of a `together` group" in r.stderr, r.stderr
