@@ -222,13 +222,13 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         grep -v "^judge:" "$OUT/eval-$n.log" | tail -25
       done ;;
     recipe)
-      # The one-GPU recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
+      # The recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
       # RECIPE_RUN: the run folder (default /tmp/recipe-run: it survives while the machine stays
       # warm); RECIPE_ARGS: more options (--stages, --set NAME=VALUE, ...); RECIPE_GPUS: the GPUs
-      # it may use (default every one; a `together` group such as rl and its arms spreads over them). The recipe runs
-      # detached from this call: the call waits RECIPE_TIMEOUT seconds (default 540) for it, and
-      # the next call, on the same warm machine, waits on the same process instead of restarting
-      # a stage from its checkpoint. Finished stages are skipped and a stopped one resumes.
+      # it may use (default every one; a `together` group such as rl and its arms spreads over
+      # them). The recipe runs detached from this call: the call waits RECIPE_TIMEOUT seconds
+      # (default 540) for it, and the next call, on the same warm machine, waits on the same
+      # process instead of restarting a stage from its checkpoint. Finished stages are skipped and a stopped one resumes.
       # A fresh machine has lost the run folder: RECIPE_SEED (a recipe-seed.tgz an earlier call
       # brought back, or scripts/recipe-seed.sh made without a GPU; default .kb/recipe-seed.tgz
       # when carried) starts it with the finished synth stage, the one stage whose output is
@@ -253,7 +253,6 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       else
         rm -f "$R/recipe.pid"
         # shellcheck disable=SC2086
-        # RECIPE_GPUS: the GPUs it may use (default every one): a `together` group spreads over them.
         R=$R BIN=$BIN env ${RECIPE_GPUS:+CUDA_VISIBLE_DEVICES=$RECIPE_GPUS} setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
           --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe-console.log" 2>&1 < /dev/null &
         while [ ! -s "$R/recipe.pid" ]; do sleep 0.2; done
