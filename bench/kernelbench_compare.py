@@ -82,7 +82,7 @@ def native_variants(n):
 SPARES = int(os.environ.get("MC_BENCH_SPARES", "12"))
 
 
-def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
+def run_musacoder(bin_, items, cache, out_dir, tag, extra=(), env=None):
     sol = os.path.join(out_dir, f"{tag}.jsonl")
     with open(sol, "w") as f:
         for sample, prob, src in items:
@@ -92,7 +92,7 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
     level = ["--level", str(SET["level"])] if SET["level"] else []
     p = subprocess.run([bin_, "eval", "--problems", SET["problems"], *level, "--solutions", sol,
                         "--out", res, "--cache-dir", cache, "--no-progress", "--spares", str(SPARES), *extra],
-                       capture_output=True, text=True)
+                       capture_output=True, text=True, env={**os.environ, **(env or {})})
     wall = time.time() - t0
     if p.returncode != 0:
         print(p.stdout[-2000:], p.stderr[-2000:])
@@ -100,6 +100,35 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=()):
     rows = [r for r in rows if r["sample_id"] in {s for s, _, _ in items}]
     print(f"{tag} timeline (s from the command's start): {timeline(cache, t0, wall, rows)}", flush=True)
     return rows, wall
+
+
+def quiesce_ab(bin_, items, rows_w, wall_warm, cache, out_dir):
+    """The warm run again with MUSACODER_TIMING_QUIESCE=0 (timing does not wait for the judge's
+    spare processes to finish starting): what the wait costs in wall time, and how far each
+    kernel's median moves without it (session 27: 0.7-1.8 s of wait a candidate)."""
+    rows_n, wall_n = run_musacoder(bin_, items, cache, out_dir, "mc_warm_no_quiesce",
+                                   env={"MUSACODER_TIMING_QUIESCE": "0"})
+
+    def medians(rows):
+        return {r["sample_id"]: (r.get("candidate_time") or {}).get("median_us") for r in rows}
+    with_wait, without = medians(rows_w), medians(rows_n)
+    kernels = []
+    for sample in sorted(with_wait):
+        a, b = with_wait.get(sample), without.get(sample)
+        kernels.append({"sample": sample, "median_us_wait": a, "median_us_no_wait": b,
+                        "diff": (b / a - 1) if a and b else None})
+    waits = [((r.get("judge_details") or {}).get("timing_spares_wait_s") or 0.0) for r in rows_w]
+    out = {"warm_s": wall_warm, "warm_no_quiesce_s": wall_n, "spares_wait_s_sum": sum(waits),
+           "ok": sum(r["verdict"] == "ok" for r in rows_n), "kernels": kernels}
+    print("\n| warm run | wall (s) | ok | spares wait summed (s) |\n|---|---|---|---|")
+    print(f"| timing waits for spares (default) | {wall_warm:.1f} | {sum(r['verdict'] == 'ok' for r in rows_w)}/{len(rows_w)} "
+          f"| {sum(waits):.1f} |")
+    print(f"| MUSACODER_TIMING_QUIESCE=0 | {wall_n:.1f} | {out['ok']}/{len(rows_n)} | - |")
+    diffs = [k["diff"] for k in kernels if k["diff"] is not None]
+    if diffs:
+        print(f"median kernel time without the wait: {min(diffs):+.1%} to {max(diffs):+.1%} "
+              f"(median {statistics.median(diffs):+.1%}) over {len(diffs)} kernels", flush=True)
+    return out
 
 
 def timeline(cache, t0, wall, rows):
@@ -302,6 +331,9 @@ def main():
     ap.add_argument("--set", choices=sorted(SETS), default="small", help="the candidate set")
     ap.add_argument("--problems", default=os.path.join(ROOT, ".kb", "bench", "KernelBench"),
                     help="KernelBench's problems (with --set kb-level1)")
+    ap.add_argument("--quiesce-ab", action="store_true",
+                    help="after the warm run: the same run with MUSACODER_TIMING_QUIESCE=0, what the "
+                         "wait for starting spares costs and whether timings move without it")
     ap.add_argument("--hang", action="store_true",
                     help="after the warm run: the same candidates plus one that hangs, with lanes "
                          "(the default) and with one judge per GPU; what the hang costs the others")
@@ -338,6 +370,8 @@ def main():
                         "exec_s": [r.get("exec_s") for r in rows],
                         "verdicts": [r["verdict"] for r in rows]}
     print(f"MooreEval cold {wall_cold:.1f}s warm {wall_warm:.1f}s for {len(items)} candidates", flush=True)
+    if args.quiesce_ab:
+        res["quiesce_ab"] = quiesce_ab(args.musacoder, items, rows_w, wall_warm, cache, args.out)
     if args.hang:
         res["hang"] = hang_check(args.musacoder, items, rows_w, wall_warm, cache, args.out)
     if args.only_mooreeval:
