@@ -71,7 +71,9 @@ struct BenchResult {
 BenchResult run_bench(const BenchOptions& o);
 
 // `musacoder bench-model compare RUN...`: the runs' headline numbers side by side (Markdown).
-std::string compare_runs(const std::vector<std::string>& run_dirs);
+// seeds_by_name: runs whose folders have the same name (RUN1/eval/rl, RUN2/eval/rl: one arm
+// trained from several seeds) also get one row each of mean and range across them.
+std::string compare_runs(const std::vector<std::string>& run_dirs, bool seeds_by_name = false);
 // The same runs as a chart (SVG): pass@1 (turn 1 and last), pass@k, avg@k, fast_1 and Faster,
 // one point per run in the order given: a recipe's stage-by-stage chart.
 std::string compare_svg(const std::vector<std::string>& run_dirs);

@@ -1,6 +1,8 @@
 #include "bench/report.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -298,7 +300,42 @@ std::string difference(const std::optional<ProblemCounts>& a, const std::optiona
 
 }  // namespace
 
-std::string compare_runs(const std::vector<std::string>& run_dirs) {
+namespace {
+
+// One row per folder name that several runs share (the seeds of one arm): how many, and each
+// headline's mean with its range across them.
+std::string seed_spread(const std::vector<std::string>& run_dirs, const std::vector<Headline>& hs) {
+  std::vector<std::string> names;
+  std::map<std::string, std::vector<const Headline*>> by_name;
+  for (size_t i = 0; i < run_dirs.size(); ++i) {
+    std::string name = fs::path(run_dirs[i]).lexically_normal().filename().string();
+    if (name.empty()) name = fs::path(run_dirs[i]).lexically_normal().parent_path().filename().string();
+    if (!by_name.count(name)) names.push_back(name);
+    by_name[name].push_back(&hs[i]);
+  }
+  auto spread = [](const std::vector<const Headline*>& g, double Headline::*m) {
+    double lo = 1e300, hi = -1e300, sum = 0;
+    for (const Headline* h : g) lo = std::min(lo, h->*m), hi = std::max(hi, h->*m), sum += h->*m;
+    return fmt::format("{} ({}–{})", pct(sum / g.size()), pct(lo), pct(hi));
+  };
+  std::string md = "\n### Across seeds (runs whose folders have the same name)\n\n"
+                   "| arm | seeds | pass@1, turn 1: mean (range) | pass@1, last turn | pass@k | fast_1 |\n"
+                   "|---|---:|---:|---:|---:|---:|\n";
+  int rows = 0;
+  for (const auto& n : names) {
+    const auto& g = by_name[n];
+    if (g.size() < 2) continue;
+    ++rows;
+    md += fmt::format("| {} | {} | {} | {} | {} | {} |\n", n, g.size(), spread(g, &Headline::pass1_turn1),
+                      spread(g, &Headline::pass1), spread(g, &Headline::passk), spread(g, &Headline::fast1));
+  }
+  if (rows == 0) md += "| (no folder name is shared by two runs) | | | | | |\n";
+  return md;
+}
+
+}  // namespace
+
+std::string compare_runs(const std::vector<std::string>& run_dirs, bool seeds_by_name) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
   std::string md = "| # | run | answers from | problems | samples | turns | pass@1 (turn 1) | 95% interval | pass@1 | "
                    "95% interval | pass@k | avg@k | fast_1 | fast_1.1 | fast_1 (compile) | Faster | geomean | correct | infra |\n"
@@ -321,6 +358,7 @@ std::string compare_runs(const std::vector<std::string>& run_dirs) {
                         difference(hs[0].last, hs[i].last));
     md += "\nAn interval that holds 0 is a difference the choice of problems alone could give.\n";
   }
+  if (seeds_by_name) md += seed_spread(run_dirs, hs);
   return md;
 }
 

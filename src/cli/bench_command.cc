@@ -19,7 +19,7 @@ struct BenchCommand::Impl {
   std::string levels, api_key_file;
   std::vector<std::string> compare_runs;
   std::string compare_out, compare_svg;
-  bool compare_skip_missing = false;
+  bool compare_skip_missing = false, compare_seeds = false;
 };
 
 BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -71,6 +71,9 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.compare->add_option("runs", m.compare_runs, "run folders")->required();
   m.compare->add_option("--out", m.compare_out, "also write the table here");
   m.compare->add_option("--svg", m.compare_svg, "and a chart of the runs in order (SVG)");
+  m.compare->add_flag("--seeds-by-name", m.compare_seeds,
+                      "runs whose folders have the same name (RUN1/eval/rl, RUN2/eval/rl) are one arm's seeds: "
+                      "also their mean and range");
   m.compare->add_flag("--skip-missing", m.compare_skip_missing,
                       "leave out folders with no finished run (a recipe whose stages were not all run), and say which");
 }
@@ -85,7 +88,7 @@ std::optional<int> BenchCommand::run() {
     for (const auto& d : m.compare_runs)
       (m.compare_skip_missing && !fs::exists(fs::path(d) / "report.json") ? missing : runs).push_back(d);
     MC_CHECK(!runs.empty(), "compare: none of the ", m.compare_runs.size(), " folders holds a finished bench-model run");
-    std::string md = bench::compare_runs(runs);
+    std::string md = bench::compare_runs(runs, m.compare_seeds);
     if (!missing.empty()) {
       md += "\nNot run (no report.json), left out:";
       for (const auto& d : missing) md += " " + d;

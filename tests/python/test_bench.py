@@ -163,6 +163,19 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
     assert "| 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 | +0.0 | +0.0 to +0.0 | 0 / 0 of 2 |" in cmp, cmp
     assert all("by_problem" in t for t in json.load(open(out / "report.json"))["per_turn"])
     assert open(tmp_path / "cmp.svg").read().startswith("<svg")
+    # One arm trained from two seeds (two recipe runs' eval/rl): mean and range across them.
+    seeds = []
+    for i, p1 in enumerate((0.25, 0.75)):
+        d = tmp_path / f"seed{i}" / "rl"
+        shutil.copytree(out, d)
+        rj = json.load(open(d / "report.json"))
+        rj["per_turn"][0]["all"]["pass"]["pass@1"] = p1
+        json.dump(rj, open(d / "report.json", "w"))
+        seeds.append(d)
+    mc("bench-model", "compare", out, *seeds, "--seeds-by-name", "--out", tmp_path / "cmp-seeds.md")
+    cmp_s = open(tmp_path / "cmp-seeds.md").read()
+    assert "Across seeds" in cmp_s and "| rl | 2 | 50.0% (25.0%–75.0%) |" in cmp_s, cmp_s
+    assert f"| {out.name} |" not in cmp_s.split("Across seeds")[1], cmp_s  # one run alone: no row
     # A recipe that skipped a stage (RL from SFT, no RFT): that folder is named and left out.
     r = mc("bench-model", "compare", out, tmp_path / "never-run", check=False)
     assert r.returncode == 2 and "has no report.json" in r.stderr
