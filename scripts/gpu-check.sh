@@ -17,8 +17,9 @@ STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench t
 # /tmp/gpu-detached/NAME (it survives while the machine stays warm). The call waits up to
 # DETACH_WAIT seconds (default 540), then copies what the stages wrote so far to $OUT/NAME; a
 # later call with the same NAME, on the same warm machine, waits on the same run instead of
-# starting another. Several named runs may share a machine: one per GPU set
-# (CUDA_VISIBLE_DEVICES), e.g. the self-test on GPUs 0-2 and suite and bench on GPU 3.
+# starting another; once it has finished, that NAME only reports it (start anew under another
+# NAME). Several named runs may share a machine: one per GPU set (CUDA_VISIBLE_DEVICES), e.g.
+# the self-test on GPUs 0-2 and suite and bench on GPU 3.
 if [ -n "${DETACH:-}" ] && [ -z "${GPU_CHECK_DETACHED:-}" ]; then
   D=/tmp/gpu-detached/$DETACH
   mkdir -p "$D/out"
