@@ -46,11 +46,11 @@ std::optional<int> PlotCommand::run() {
     panels.push_back(p);
   }
   size_t rows_read = 0;
-  std::vector<std::string> runs;
+  std::vector<std::pair<std::string, fs::path>> runs;  // (as given, its metrics file)
   for (const auto& run : m.runs) {
     fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
     if (fs::exists(file)) {
-      runs.push_back(run);
+      runs.emplace_back(run, file);
       continue;
     }
     MC_CHECK(m.skip_missing, "no metrics.jsonl at ", file.string());
@@ -58,8 +58,7 @@ std::optional<int> PlotCommand::run() {
   }
   MC_CHECK(!runs.empty(), "plot: none of the ", m.runs.size(), " runs has a metrics.jsonl");
   int next_color = 0;  // one per (run, kind), the same in every panel
-  for (const auto& run : runs) {
-    fs::path file = fs::is_directory(run) ? fs::path(run) / "metrics.jsonl" : fs::path(run);
+  for (const auto& [run, file] : runs) {
     std::string label = fs::is_directory(run) ? fs::path(run).filename().string() : file.parent_path().filename().string();
     if (label.empty() || label == ".") label = fs::absolute(run).parent_path().filename().string();
     // kind -> one series per panel ("train", "eval", ...).

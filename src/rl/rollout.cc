@@ -168,14 +168,15 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   auto submit = [&](size_t i) {
     Trajectory& t = traj[i];
     const synth::Task& task = tasks[prompts[t.prompt].task];
-    auto [it, fresh] = b.judged.try_emplace({problem_identity(*task.problem), t.turns.back().text}, std::make_pair(i, turn));
+    const std::string problem = problem_identity(*task.problem);
+    auto [it, fresh] = b.judged.try_emplace({problem, t.turns.back().text}, std::make_pair(i, turn));
     if (!fresh) {
       t.turns.back().twin_of = it->second;
       b.twins.push_back(i);
       return;
     }
     if (o.memory)
-      if (const eval::EvalResult* earlier = o.memory->find(problem_identity(*task.problem), t.turns.back().text)) {
+      if (const eval::EvalResult* earlier = o.memory->find(problem, t.turns.back().text)) {
         TurnRecord& rec = t.turns.back();
         rec.result = *earlier;
         rec.result.sample_id = sample_id(o.tag, t, turn);
