@@ -103,31 +103,40 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=(), env=None):
 
 
 def quiesce_ab(bin_, items, rows_w, wall_warm, cache, out_dir):
-    """The warm run again with MUSACODER_TIMING_QUIESCE=0 (timing does not wait for the judge's
-    spare processes to finish starting): what the wait costs in wall time, and how far each
-    kernel's median moves without it (session 27: 0.7-1.8 s of wait a candidate)."""
-    rows_n, wall_n = run_musacoder(bin_, items, cache, out_dir, "mc_warm_no_quiesce",
-                                   env={"MUSACODER_TIMING_QUIESCE": "0"})
+    """The warm run again under each other MUSACODER_TIMING_QUIESCE mode: "none" (timing does
+    not wait for the judge's spare processes to finish starting) and "stop" (the spares still
+    starting are paused while the judge times). What the default wait costs in wall time, and
+    how far each kernel's median moves without it (session 27: 0.7-1.8 s of wait a candidate)."""
+    base_mode = os.environ.get("MUSACODER_TIMING_QUIESCE", "wait")
+    runs = {base_mode: (rows_w, wall_warm)}
+    for mode in [m for m in ("wait", "none", "stop") if m != base_mode]:
+        runs[mode] = run_musacoder(bin_, items, cache, out_dir, f"mc_warm_quiesce_{mode}",
+                                   env={"MUSACODER_TIMING_QUIESCE": mode})
 
     def medians(rows):
         return {r["sample_id"]: (r.get("candidate_time") or {}).get("median_us") for r in rows}
-    with_wait, without = medians(rows_w), medians(rows_n)
-    kernels = []
-    for sample in sorted(with_wait):
-        a, b = with_wait.get(sample), without.get(sample)
-        kernels.append({"sample": sample, "median_us_wait": a, "median_us_no_wait": b,
-                        "diff": (b / a - 1) if a and b else None})
-    waits = [((r.get("judge_details") or {}).get("timing_spares_wait_s") or 0.0) for r in rows_w]
-    out = {"warm_s": wall_warm, "warm_no_quiesce_s": wall_n, "spares_wait_s_sum": sum(waits),
-           "ok": sum(r["verdict"] == "ok" for r in rows_n), "kernels": kernels}
-    print("\n| warm run | wall (s) | ok | spares wait summed (s) |\n|---|---|---|---|")
-    print(f"| timing waits for spares (default) | {wall_warm:.1f} | {sum(r['verdict'] == 'ok' for r in rows_w)}/{len(rows_w)} "
-          f"| {sum(waits):.1f} |")
-    print(f"| MUSACODER_TIMING_QUIESCE=0 | {wall_n:.1f} | {out['ok']}/{len(rows_n)} | - |")
-    diffs = [k["diff"] for k in kernels if k["diff"] is not None]
-    if diffs:
-        print(f"median kernel time without the wait: {min(diffs):+.1%} to {max(diffs):+.1%} "
-              f"(median {statistics.median(diffs):+.1%}) over {len(diffs)} kernels", flush=True)
+
+    def details(rows, key):
+        return sum(((r.get("judge_details") or {}).get(key) or 0.0) for r in rows)
+    base = medians(rows_w)
+    out = {"warm_s": wall_warm, "base_mode": base_mode, "modes": {}}
+    print(f"\n| warm run, MUSACODER_TIMING_QUIESCE | wall (s) | ok | spares wait summed (s) | spares paused | "
+          f"timing repeats | kernel medians vs {base_mode}: range (median) |\n|---|---|---|---|---|---|---|")
+    for mode, (rows, wall) in runs.items():
+        m = medians(rows)
+        kernels = [{"sample": k, "median_us_first": base[k], "median_us": m.get(k),
+                    "diff": (m[k] / base[k] - 1) if base.get(k) and m.get(k) else None} for k in sorted(base)]
+        diffs = [k["diff"] for k in kernels if k["diff"] is not None]
+        rec = {"wall_s": wall, "ok": sum(r["verdict"] == "ok" for r in rows), "n": len(rows),
+               "spares_paused": details(rows, "timing_spares_paused"),
+               "timing_retries": sum(((r.get("exec_stages") or {}).get("timing_retries") or 0) for r in rows),
+               "kernels": kernels}
+        out["modes"][mode] = rec
+        spread = (f"{min(diffs):+.1%} to {max(diffs):+.1%} ({statistics.median(diffs):+.1%})"
+                  if diffs and mode != base_mode else "-")
+        print(f"| {mode}{' (first run)' if mode == base_mode else ''} | {wall:.1f} | {rec['ok']}/{rec['n']} | "
+              f"{details(rows, 'timing_spares_wait_s'):.1f} | {rec['spares_paused']:.0f} | "
+              f"{rec['timing_retries']:.0f} | {spread} |", flush=True)
     return out
 
 
@@ -332,17 +341,22 @@ def main():
     ap.add_argument("--problems", default=os.path.join(ROOT, ".kb", "bench", "KernelBench"),
                     help="KernelBench's problems (with --set kb-level1)")
     ap.add_argument("--quiesce-ab", action="store_true",
-                    help="after the warm run: the same run with MUSACODER_TIMING_QUIESCE=0, what the "
+                    help="after the warm run: the same run with MUSACODER_TIMING_QUIESCE=none and =stop, what the "
                          "wait for starting spares costs and whether timings move without it")
+    ap.add_argument("--quiesce", choices=("wait", "stop", "none"),
+                    help="MUSACODER_TIMING_QUIESCE for every MooreEval run (default: the judge's own)")
     ap.add_argument("--hang", action="store_true",
                     help="after the warm run: the same candidates plus one that hangs, with lanes "
                          "(the default) and with one judge per GPU; what the hang costs the others")
     args = ap.parse_args()
+    if args.quiesce:
+        os.environ["MUSACODER_TIMING_QUIESCE"] = args.quiesce
     SET.update(SETS[args.set])
     if SET["problems"] is None:
         SET["problems"] = args.problems
     os.makedirs(args.out, exist_ok=True)
-    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "set": args.set}
+    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "set": args.set,
+           "timing_quiesce": os.environ.get("MUSACODER_TIMING_QUIESCE", "wait")}
     items = variants(args.variants)
 
     if not args.only_mooreeval:

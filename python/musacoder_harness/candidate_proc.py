@@ -137,6 +137,32 @@ class CandidateProc:
         except OSError:
             return ""
 
+    def leader(self):
+        """The pid of the session it leads (its sandbox wrapper and itself)."""
+        return self.proc.pid
+
+    def starting(self):
+        """Still starting: it has not said it is ready, and nothing waits on its channel."""
+        return self.ready is None and not self.readable(0)
+
+    def pause(self):
+        """SIGSTOP to its process group: a process creating its CUDA context stops creating it
+        (see Judge._time). Returns whether it was paused."""
+        try:
+            os.killpg(self.leader(), signal.SIGSTOP)
+        except OSError:
+            return False  # gone: dealt with when taken
+        self.paused = True
+        return True
+
+    def resume(self):
+        if getattr(self, "paused", False):
+            self.paused = False
+            try:
+                os.killpg(self.leader(), signal.SIGCONT)
+            except OSError:
+                pass
+
     def signal_kill(self):
         """SIGKILL without waiting; kill() then waits and releases."""
         kill_group(self.proc.pid)
@@ -235,6 +261,9 @@ class ForkedCandidateProc(CandidateProc):
         self.ready = None
         self.started = time.monotonic()
         self.code = None
+
+    def leader(self):
+        return self.pid
 
     def _exit_code(self, timeout_s):
         if self.code is None:

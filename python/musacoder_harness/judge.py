@@ -23,10 +23,26 @@ from .lanes import GpuLock
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
-# Diagnostic switch: MUSACODER_TIMING_QUIESCE=0 times without first waiting for this judge's
-# spare processes to finish starting (bench/kernelbench_compare.py --quiesce-ab measures what
-# the wait costs and whether timings move without it). On by default.
-TIMING_QUIESCE = os.environ.get("MUSACODER_TIMING_QUIESCE", "1") != "0"
+# How timing keeps this judge's spare processes, still creating their CUDA contexts, from
+# stalling its syncs (MUSACODER_TIMING_QUIESCE):
+#   wait  they finish starting first (outside the GPU's gate), the default;
+#   stop  the ones still starting are paused (SIGSTOP) while the GPU is ours, and resumed after:
+#         nobody waits;
+#   none  neither: a diagnostic.
+# bench/kernelbench_compare.py --quiesce-ab measures all three on the same candidates.
+TIMING_QUIESCE_MODES = ("wait", "stop", "none")
+
+
+def timing_quiesce_mode():
+    v = os.environ.get("MUSACODER_TIMING_QUIESCE", "wait").strip().lower()
+    v = {"1": "wait", "0": "none", "": "wait"}.get(v, v)
+    if v not in TIMING_QUIESCE_MODES:
+        raise SystemExit(f"judge: MUSACODER_TIMING_QUIESCE={v!r}: expected one of "
+                         f"{', '.join(TIMING_QUIESCE_MODES)} (or 1 / 0)")
+    return v
+
+
+TIMING_QUIESCE = timing_quiesce_mode()
 PREEMPT_LOAD_S = 5.0  # a candidate's load (import, module, construction) before it may be preempted
 
 
@@ -209,6 +225,8 @@ class Judge:
         if "calib" in cand.__dict__:
             return cand.calib
         for spare in self.spares:
+            if getattr(spare, "paused", False):
+                continue  # still starting, paused for this timing
             try:
                 spare.wait_ready(self.args.startup_timeout)
                 if "calib" not in spare.__dict__:
@@ -216,6 +234,16 @@ class Judge:
                 return spare.calib
             except (CandidateCrashed, CandidateTimeout):
                 continue  # dealt with when it is taken
+        if self.calib_us is None:  # every spare paused and none ever calibrated: one resumed
+            for spare in self.spares:
+                if getattr(spare, "paused", False):
+                    spare.resume()
+                    try:
+                        spare.wait_ready(self.args.startup_timeout)
+                        self.calibrate(spare)
+                        return spare.calib
+                    except (CandidateCrashed, CandidateTimeout):
+                        continue
         return self.calib_us or 0.0
 
     def stop_forking(self, why):
@@ -231,6 +259,18 @@ class Judge:
                 spare.wait_ready(timeout_s)
             except (CandidateCrashed, CandidateTimeout):
                 pass
+
+    def pause_starting_spares(self, res):
+        """The spares still starting, paused (MUSACODER_TIMING_QUIESCE=stop); resume_spares()
+        after the timing."""
+        paused = [s for s in self.spares if s.starting() and s.pause()]
+        res["timing_spares_paused"] = len(paused)
+        return paused
+
+    @staticmethod
+    def resume_spares(paused):
+        for spare in paused:
+            spare.resume()
 
     def quiesce_into(self, res, key):
         """quiesce(), its seconds recorded as res[key]."""
@@ -877,12 +917,17 @@ class Judge:
         # This judge's spares finish starting before it asks for the GPU to itself, so it does
         # not hold the other lanes off while they do (0.7 s per candidate on the H100, each
         # taken just before timing); the quiesce in _time_quiet then finds them ready.
-        if TIMING_QUIESCE:
+        # With MUSACODER_TIMING_QUIESCE=stop they are paused instead, once the GPU is ours.
+        if TIMING_QUIESCE == "wait":
             self.quiesce_into(res, "timing_spares_wait_s")
         self._await_quiet_gpu(res)
+        paused = []
         try:
+            if TIMING_QUIESCE == "stop":
+                paused = self.pause_starting_spares(res)
             self._time_quiet(req, prob, ref_model, cand, res, dtype, seed)
         finally:
+            self.resume_spares(paused)
             self._release_gate()
 
     def _time_quiet(self, req, prob, ref_model, cand, res, dtype, seed):
@@ -914,7 +959,7 @@ class Judge:
         # Spare processes still creating their CUDA contexts stall this process's syncs: paid
         # inside the pilot, they shrank the run to 22-58 iterations, and 4 of 24 honest tiny
         # kernels needed the repeat below (H100, 2026-11-25). The GPU is ours meanwhile.
-        if TIMING_QUIESCE:
+        if TIMING_QUIESCE == "wait":
             self.quiesce_into(res, "timing_quiesce_s")
         # Pilot, then the judge fixes the iteration count from its own clock.
         t0 = time.perf_counter()
@@ -927,9 +972,9 @@ class Judge:
         # consistency bound for an honest kernel; the measurement is repeated once before a
         # mismatch counts. A forged clock fails both times.
         for attempt in (0, 1):
-            if attempt:
+            if attempt and TIMING_QUIESCE == "wait":
                 # Spares started since (two honest native kernels failed both runs that way on
-                # the H100): the repeat waits until they are ready too.
+                # the H100): the repeat waits until they are ready too. (Paused ones stay so.)
                 self.quiesce()
             inconsistent = self._timed_run(cand, descs, iters, k, ref_outs, req, share, left, res)
             if not inconsistent:

@@ -163,3 +163,26 @@ def test_timing_inputs_are_opened_once_and_reused_by_the_pilot_and_timed_runs(zy
     other = [[describe_value(torch.rand(64), str(scratch))]]
     assert timed(other)[0]["open_s"] > 0
     c.kill()
+
+
+def test_a_paused_candidate_runs_nothing_until_resumed(zygote, tmp_path):
+    """MUSACODER_TIMING_QUIESCE=stop pauses spares still creating their CUDA contexts while the
+    judge times: a paused process does nothing until resumed, then carries on where it was."""
+    c = ForkedCandidateProc(zygote, str(tmp_path / "cand-p"), 120)
+    c.wait_ready(120)
+    assert not c.starting()
+    assert c.pause()
+    with open(f"/proc/{c.pid}/stat") as f:
+        assert f.read().rsplit(")", 1)[1].split()[0] == "T"  # stopped
+    c.send({"op": "calibrate", "iters": 5})
+    assert not c.readable(1.0)
+    c.resume()
+    assert c.recv(60)["op"] == "calibrated"
+    c.resume()  # resuming twice is harmless
+    c.kill()
+
+
+def test_an_unknown_timing_quiesce_mode_is_named():
+    p = subprocess.run([sys.executable, "-c", "import musacoder_harness.judge"], capture_output=True,
+                       text=True, env=dict(os.environ, PYTHONPATH=HARNESS, MUSACODER_TIMING_QUIESCE="pause"))
+    assert p.returncode != 0 and "MUSACODER_TIMING_QUIESCE='pause'" in p.stderr, p.stderr

@@ -307,6 +307,38 @@ TEST(Executor, GpuIndicesFollowCudaVisibleDevices) {
   unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+// MUSACODER_TIMING_QUIESCE=stop: timing pauses the spares still starting instead of waiting
+// for them, and resumes them after, so the next candidates run in them; honest verdicts and
+// timings as with the default wait.
+TEST(EvaluatorCpu, TimingThatPausesStartingSparesStillJudges) {
+  ProblemPtr add = case_problem("1_Add");
+  std::vector<Candidate> cands;
+  for (int i = 0; i < 4; ++i) {
+    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+    c.sample_id = "add_" + std::to_string(i);
+    cands.push_back(c);
+  }
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.1;
+  setenv("MUSACODER_TIMING_QUIESCE", "stop", 1);
+  EvaluatorOptions o = cpu_options();
+  o.compile_workers = 2;
+  std::vector<EvalResult> rows;
+  {
+    Evaluator ev(cfg, o);
+    rows = ev.run(cands, nullptr);
+  }
+  unsetenv("MUSACODER_TIMING_QUIESCE");
+  ASSERT_EQ(rows.size(), cands.size());
+  for (const auto& r : rows) {
+    EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
+    EXPECT_TRUE(r.candidate_time.has_value()) << r.sample_id;
+    EXPECT_TRUE(r.judge_details.contains("timing_spares_paused")) << r.judge_details.dump();
+    EXPECT_FALSE(r.judge_details.contains("timing_spares_wait_s")) << r.judge_details.dump();
+  }
+}
+
 // Lanes: two judges share the device. A candidate that hangs holds its lane, not the device: the
 // honest candidates behind it are checked in the other lane and, when one of them waits to time,
 // the hanging trial is preempted and judged again later alone, where it gets its full limit and
