@@ -519,7 +519,16 @@ class Judge:
                     # submodules a forward calls through closures (level 3's MiniGPTBlock keeps its
                     # MLP in a lambda, which a deep copy still points at the float32 original).
                     state = {n: to64(t, dev) for n, t in ref_model.state_dict(keep_vars=True).items()}
-                    out = torch.func.functional_call(ref_model, state, tuple(x64))
+                    # A forward that keeps state in a plain tensor attribute (level 3's VanillaRNN:
+                    # self.hidden = tanh(...)) would keep the float64 one, and the next float32
+                    # reference run would mix dtypes: those attributes are put back after.
+                    kept = [(m, k, v) for m in ref_model.modules() for k, v in vars(m).items()
+                            if isinstance(v, torch.Tensor)]
+                    try:
+                        out = torch.func.functional_call(ref_model, state, tuple(x64))
+                    finally:
+                        for m, k, v in kept:
+                            m.__dict__[k] = v
                 except (torch.OutOfMemoryError, MemoryError):
                     raise
                 except Exception:

@@ -115,3 +115,39 @@ def test_the_float64_reference_trims_the_candidate_before_it_leaves_the_device()
     res = {}  # without a trim (a plain call): device, then host, as before
     Judge.truth_run(TruthJudge(), ShortOfMemory(1), [x], x * 2, {"truth": "device"}, res)
     assert res["truth_on"] == ["host"] and "trims" not in res
+
+
+class StatefulRNN(torch.nn.Module):
+    """Level 3's 33_VanillaRNN in small: forward keeps its hidden state in a plain tensor
+    attribute, replaced on every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.randn(2, 3)
+        self.i2h = torch.nn.Linear(4 + 3, 3)
+        self.h2o = torch.nn.Linear(3, 2)
+
+    def forward(self, x, initial_hidden=None):
+        if initial_hidden is not None:
+            self.hidden.copy_(initial_hidden)
+        self.hidden = torch.tanh(self.i2h(torch.cat((x, self.hidden), dim=1)))
+        return self.h2o(self.hidden)
+
+
+def test_the_float64_reference_leaves_a_stateful_model_as_it_was():
+    """The float64 reference run must not leave float64 state in the reference model: the next
+    float32 run of L3/33_VanillaRNN failed with mixed dtypes, an infra error for every variant
+    (H100, session 28)."""
+    torch.manual_seed(0)
+    model = StatefulRNN()
+    inputs = [torch.rand(2, 4), torch.rand(2, 3)]
+    with torch.no_grad():
+        ref = model(*inputs)
+    judge = types.SimpleNamespace(torch=torch, device=torch.device("cpu"), cuda=False)
+    res = {}
+    summary = Judge.truth_run(judge, model, inputs, [ref], {"truth": "device"}, res)
+    assert summary is not None and res["truth_on"] == ["device"], res
+    assert model.hidden.dtype == torch.float32
+    with torch.no_grad():
+        again = model(*inputs)  # the next trial's float32 reference
+    assert torch.equal(again, ref)
