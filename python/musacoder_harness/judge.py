@@ -25,17 +25,20 @@ PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
 # How timing keeps this judge's spare processes, still creating their CUDA contexts, from
 # stalling its syncs (MUSACODER_TIMING_QUIESCE):
-#   wait  they finish starting first (outside the GPU's gate), the default;
 #   stop  the ones still starting are paused (SIGSTOP) while the GPU is ours, and resumed after:
-#         nobody waits;
+#         nobody waits. The default since session 28: on the H100 it judged the small set's 18
+#         candidates in 7.2 s against 10.9 s for wait, kb-level1's 30 in 62.5 s against 66.2 s,
+#         with kernel medians within 0.6% (kb-level1) and no timing repeat (docs/results/
+#         2026-11-24-mooreeval-selftest.md, "Session 28");
+#   wait  they finish starting first (outside the GPU's gate), sessions 21-27;
 #   none  neither: a diagnostic.
 # bench/kernelbench_compare.py --quiesce-ab measures all three on the same candidates.
 TIMING_QUIESCE_MODES = ("wait", "stop", "none")
 
 
 def timing_quiesce_mode():
-    v = os.environ.get("MUSACODER_TIMING_QUIESCE", "wait").strip().lower()
-    v = {"1": "wait", "0": "none", "": "wait"}.get(v, v)
+    v = os.environ.get("MUSACODER_TIMING_QUIESCE", "stop").strip().lower()
+    v = {"1": "stop", "0": "none", "": "stop"}.get(v, v)
     if v not in TIMING_QUIESCE_MODES:
         raise SystemExit(f"judge: MUSACODER_TIMING_QUIESCE={v!r}: expected one of "
                          f"{', '.join(TIMING_QUIESCE_MODES)} (or 1 / 0)")
@@ -923,10 +926,10 @@ class Judge:
             self._gate_marker = None
 
     def _time(self, req, prob, ref_model, cand, res, dtype, seed):
-        # This judge's spares finish starting before it asks for the GPU to itself, so it does
-        # not hold the other lanes off while they do (0.7 s per candidate on the H100, each
-        # taken just before timing); the quiesce in _time_quiet then finds them ready.
-        # With MUSACODER_TIMING_QUIESCE=stop they are paused instead, once the GPU is ours.
+        # A spare still creating its CUDA context stalls this process's syncs. By default
+        # (MUSACODER_TIMING_QUIESCE=stop) the ones still starting are paused once the GPU is
+        # ours and resumed after the timing. With =wait, they finish starting before the judge
+        # asks for the GPU (0.7-1.8 s a candidate on the H100, each taken just before timing).
         if TIMING_QUIESCE == "wait":
             self.quiesce_into(res, "timing_spares_wait_s")
         self._await_quiet_gpu(res)
