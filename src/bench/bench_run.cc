@@ -234,6 +234,10 @@ class Run {
     results_.open(out_ / "results.jsonl", std::ios::app);
     MC_CHECK(answers_ && results_, "cannot write into ", o_.out_dir);
     double gen_s = 0, verify_tail_s = 0;
+    for (size_t p = 0; p < set_.size(); ++p)  // resumed verdicts serve their twins too
+      for (int s = 0; s < o_.samples; ++s)
+        for (int t = 1; t <= o_.turns; ++t)
+          if (recs_[p][s][t - 1].result) judged_.emplace(twin_key(p, recs_[p][s][t - 1].text), Slot{p, s, t});
     for (int turn = 1; turn <= o_.turns; ++turn) {
       // Answers already there whose verdict is missing (a stopped run): judged first.
       std::vector<std::tuple<size_t, int>> todo;  // (problem, sample) needing an answer at this turn
@@ -306,13 +310,15 @@ class Run {
             pending.erase(std::find(pending.begin(), pending.end(), id));
             size_t p = id / (o_.samples * o_.turns);
             int s = static_cast<int>(id / o_.turns % o_.samples), t = static_cast<int>(id % o_.turns) + 1;
-            TurnRecord& rec = recs_[p][s][t - 1];
-            results_ << json{{"problem", set_[p].problem->key}, {"sample", s}, {"turn", t}, {"answer_sha256", sha256_hex(rec.text)},
-                             {"result", eval::to_json(r)}}.dump() << "\n";
-            results_.flush();
+            inflight_.erase(id);
             bar.advance(1, r.is_infra() ? "infra error" : "");
-            if (r.is_infra()) rec.infra = "verifier: " + r.infra_error;
-            else rec.result = std::move(r);
+            Slot leader{p, s, t};
+            record(leader, r, nullptr);
+            auto f = followers_.find(twin_key(p, recs_[p][s][t - 1].text));
+            if (f != followers_.end()) {
+              for (const Slot& twin : f->second) record(twin, r, &leader);
+              followers_.erase(f);
+            }
           }
         }
       }
@@ -320,6 +326,7 @@ class Run {
     }
     timing["generation_s"] = gen_s;
     timing["verification_after_generation_s"] = verify_tail_s;
+    timing["twins_sharing_a_verdict"] = twins_shared_;
   }
 
   // What each sample came to by each turn.
@@ -399,14 +406,68 @@ class Run {
     return m;
   }
 
+  // An answer whose text is one already submitted for the same problem (any sample, any turn)
+  // is not judged again: it gets that answer's verdict, now or when it comes. A nearly
+  // deterministic model writes the same answer over and over (87.5% twins in session 26's RL
+  // steps), and each judgement costs a compile, the correctness trials and timing alone on the
+  // GPU. The same code gets one verdict, its speedup included; `--judge-twins` judges each.
+  // An infra error is not shared as a verdict: its twins get the infra error too (no score), and
+  // a later twin is judged itself.
+  struct Slot {
+    size_t p;
+    int s, turn;
+  };
+  using TwinKey = std::pair<size_t, std::string>;
+  static TwinKey twin_key(size_t p, const std::string& text) { return {p, sha256_hex(text)}; }
+
+  // A verdict (or infra error) for one answer, written as it comes; `twin_of`: the answer whose
+  // judgement it shares.
+  void record(const Slot& at, const eval::EvalResult& r, const Slot* twin_of) {
+    TurnRecord& rec = recs_[at.p][at.s][at.turn - 1];
+    json row{{"problem", set_[at.p].problem->key}, {"sample", at.s}, {"turn", at.turn},
+             {"answer_sha256", sha256_hex(rec.text)}, {"result", eval::to_json(r)}};
+    if (twin_of) {
+      row["twin_of"] = json{{"sample", twin_of->s}, {"turn", twin_of->turn}};
+      twins_shared_ += !r.is_infra();
+    }
+    results_ << row.dump() << "\n";
+    results_.flush();
+    if (r.is_infra()) {
+      rec.infra = "verifier: " + r.infra_error;
+    } else {
+      rec.result = r;
+      judged_.emplace(twin_key(at.p, rec.text), at);
+    }
+  }
+
   void submit(serve::Verifier& v, size_t p, int s, int turn) {
+    if (!o_.judge_twins) {
+      TwinKey key = twin_key(p, recs_[p][s][turn - 1].text);
+      if (auto j = judged_.find(key); j != judged_.end()) {  // judged earlier (this run or resumed)
+        const Slot& l = j->second;
+        record(Slot{p, s, turn}, *recs_[l.p][l.s][l.turn - 1].result, &l);
+        return;
+      }
+      if (auto l = leaders_.find(key); l != leaders_.end() && !answers_judged(l->second)) {
+        followers_[key].push_back(Slot{p, s, turn});
+        return;
+      }
+      leaders_[key] = Slot{p, s, turn};
+    }
     eval::Candidate c;
     c.problem = set_[p].problem;
     c.problem_ref = c.problem->key;
     c.sample_id = fmt::format("{}.t{}", s, turn);
     c.answer = recs_[p][s][turn - 1].text;
     c.origin = "bench-model";
-    v.submit((p * o_.samples + s) * o_.turns + (turn - 1), std::move(c));
+    size_t id = (p * o_.samples + s) * o_.turns + (turn - 1);
+    inflight_.insert(id);
+    v.submit(id, std::move(c));
+  }
+
+  // Whether a submitted answer's judgement has come back (a verdict or an infra error).
+  bool answers_judged(const Slot& l) const {
+    return !inflight_.count((l.p * o_.samples + l.s) * o_.turns + (l.turn - 1));
   }
 
   const BenchOptions& o_;
@@ -415,6 +476,11 @@ class Run {
   std::map<std::string, size_t> index_;
   std::vector<std::vector<std::vector<TurnRecord>>> recs_;  // [problem][sample][turn - 1]
   std::ofstream answers_, results_;
+  std::set<size_t> inflight_;                      // submitted, judgement not back yet
+  std::map<TwinKey, Slot> judged_;                 // an answer with a verdict, by problem and text
+  std::map<TwinKey, Slot> leaders_;                // the answer judged for its twins
+  std::map<TwinKey, std::vector<Slot>> followers_;  // twins waiting for their leader's judgement
+  size_t twins_shared_ = 0;
 };
 
 }  // namespace

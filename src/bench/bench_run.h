@@ -56,6 +56,7 @@ struct BenchOptions {
   eval::EvalConfig eval_config;
   eval::EvaluatorOptions evaluator;
   bool hold_timing = true;          // no timing while the model generates (it shares the judges' GPU)
+  bool judge_twins = false;         // judge every answer, also one whose text another already has
   std::string baseline_file;        // `musacoder baseline --compile` output ("" : time it here)
   bool compile_baseline = true;     // time torch.compile too (vs-compile fast_p)
   std::string out_dir;

@@ -190,6 +190,8 @@ BenchResult write_report(const ReportInput& in) {
   t += fmt::format("\ntime: {:.1f} s wall ({:.1f} s generation, {:.1f} s verification after it, {:.1f} s baseline), {:.2f} problems/min\n",
                    wall, timing.value("generation_s", 0.0), timing.value("verification_after_generation_s", 0.0),
                    timing.value("baseline_s", 0.0), timing["problems_per_minute"].get<double>());
+  t += fmt::format("answers sharing a twin's verdict (the same text, judged once): {}\n",
+                   timing.value("twins_sharing_a_verdict", 0));
   t += "decontamination: " + decon.value("text", "") + "\n";
   if (!with_compile) t += "vs torch.compile: no baseline (" + in.baseline.value("source", std::string("none")) + ")\n";
 
@@ -202,9 +204,10 @@ BenchResult write_report(const ReportInput& in) {
   md += "- baseline: " + in.baseline.value("source", std::string("none")) + "\n";
   md += "- decontamination: " + decon.value("text", "") + "\n";
   md += fmt::format("- time: {:.1f} s wall; generation {:.1f} s; verification after generation {:.1f} s; baseline {:.1f} s; "
-                    "{:.2f} problems/min\n\n",
+                    "{:.2f} problems/min\n- answers sharing a twin's verdict (the same text, judged once): {}\n\n",
                     wall, timing.value("generation_s", 0.0), timing.value("verification_after_generation_s", 0.0),
-                    timing.value("baseline_s", 0.0), timing["problems_per_minute"].get<double>());
+                    timing.value("baseline_s", 0.0), timing["problems_per_minute"].get<double>(),
+                    timing.value("twins_sharing_a_verdict", 0));
   for (size_t k = 0; k < m.size(); ++k) {
     md += fmt::format("## After turn {}\n\n", k + 1) + md_header(ks);
     for (size_t i = 0; i < sc.size(); ++i) md += md_row(sc[i].name, m[k][i], ks);

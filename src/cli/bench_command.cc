@@ -62,6 +62,8 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_flag("!--no-compile-baseline", m.o.compile_baseline, "do not time torch.compile (no vs-compile fast_p)");
   s->add_flag("!--overlap-timing", m.o.hold_timing, "let judges time while the model generates (only when the model runs "
               "on other GPUs or machines)");
+  s->add_flag("--judge-twins", m.o.judge_twins, "judge every answer; by default an answer whose text another answer "
+              "to the same problem already has gets that one's verdict (results rows say twin_of)");
   s->add_option("--precision", m.run.cfg.precision, "fp32, fp16 or bf16")->capture_default_str();
   s->add_option("--out", m.o.out_dir, "run folder: answers, MooreEval rows, report and plots");
   s->add_flag("--resume", m.o.resume, "continue the run in --out: keep its answers and verdicts, redo what failed");

@@ -129,6 +129,17 @@ def test_planted_multi_turn_report_and_resume(problems, cache, tmp_path):
     assert len(rows) == 2 * 1 + 2 * 1 + 2 * 3  # Add: turns 1-2; ReLU: turns 1-3
     assert {(r["problem"], r["turn"], r["result"]["verdict"]) for r in rows} >= {("1_Add", 1, "incorrect"), ("1_Add", 2, "ok")}
     assert len(read_jsonl(out / "answers.jsonl")) == len(rows)
+    # Twins (the same text for the same problem, any sample or turn) are judged once and share
+    # that verdict: 1_Add's two samples at turns 1 and 2, 2_ReLU's six answers (one text).
+    twins = [row for row in rows if "twin_of" in row]
+    assert len(twins) == 1 + 1 + 5, [(t["problem"], t["sample"], t["turn"]) for t in twins]
+    by = {(row["problem"], row["sample"], row["turn"]): row for row in rows}
+    for t in twins:
+        lead = by[(t["problem"], t["twin_of"]["sample"], t["twin_of"]["turn"])]
+        assert "twin_of" not in lead and lead["answer_sha256"] == t["answer_sha256"]
+        assert t["result"]["verdict"] == lead["result"]["verdict"]
+    assert json.load(open(out / "report.json"))["timing"]["twins_sharing_a_verdict"] == 7
+    assert "answers sharing a twin's verdict (the same text, judged once): 7" in open(out / "report.txt").read()
     for f in ("report.md", "report.txt", "fast_p.svg", "grid.svg"):
         assert (out / f).stat().st_size > 200, f
     assert open(out / "grid.svg").read().startswith("<svg") and "1_Add" in open(out / "grid.svg").read()
@@ -193,8 +204,10 @@ def test_baseline_is_timed_only_for_problems_with_a_correct_answer(problems, cac
     srv = Scripted(planted)
     out = tmp_path / "run"
     args = [a for a in bench_args(problems, out, cache, "--endpoint", srv.url, "--model-name", "planted",
-                                  "--samples", "1", "--turns", "2") if a != "--no-compile-baseline"]
+                                  "--samples", "1", "--turns", "2", "--judge-twins") if a != "--no-compile-baseline"]
     r = mc(*args)
+    # --judge-twins: 2_ReLU's second answer, the same text as its first, is judged itself.
+    assert not any("twin_of" in row for row in read_jsonl(out / "results.jsonl"))
     assert "timing eager and torch.compile references of the 1 problem(s) with a correct answer" in r.stderr, r.stderr
     b = json.load(open(out / "baseline.json"))
     assert b["source"] == "timed by this run, for the problems with a correct answer"
