@@ -118,6 +118,16 @@ Recipe load_recipe(const std::string& path) {
       for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
     r.stages.push_back(std::move(s));
   }
+  // A group runs its stages in waves of one `together_per_gpu`: every stage of it says the same.
+  std::map<std::string, const RecipeStage*> first_of;
+  for (const auto& s : r.stages) {
+    if (s.together.empty()) continue;
+    auto [it, fresh] = first_of.emplace(s.together, &s);
+    MC_CHECK(fresh || it->second->per_gpu == s.per_gpu, path, ": stage '", s.name, "': 'together_per_gpu' ",
+             s.per_gpu ? std::to_string(s.per_gpu) : std::string("unset"), " differs from stage '", it->second->name,
+             "' of the same group '", s.together, "' (",
+             it->second->per_gpu ? std::to_string(it->second->per_gpu) : std::string("unset"), ")");
+  }
   return r;
 }
 

@@ -17,7 +17,8 @@
 // several GPUs they are spread over them, one each in turn (RunOptions::gpus);
 // `together_per_gpu = N` runs them in waves of N per GPU, each wave after the one before has
 // ended (arms that do not fit beside each other run one after another on one GPU, all at once on
-// as many); the group's first stage sets N. One failing does not stop the others; the group then fails, naming it.
+// as many); every stage of the group names the same N (a recipe where they differ is refused).
+// One failing does not stop the others; the group then fails, naming it.
 //
 // A stage that finished is recorded in RUN/recipe/state.json and skipped when the recipe runs
 // again, so a recipe runs across many short slices of GPU time; a stage that stopped part way

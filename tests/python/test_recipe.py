@@ -298,3 +298,8 @@ def test_together_stages_spread_over_gpus(tmp_path):
     recipe.write_text('[[stage]]\nname = "x"\ntogether_per_gpu = 1\ncommands = [["true"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
     assert r.returncode == 2 and "'together_per_gpu' belongs to a stage of a `together` group" in r.stderr, r.stderr
+    recipe.write_text('[[stage]]\nname = "x"\ntogether = "g"\ntogether_per_gpu = 1\ncommands = [["true"]]\n'
+                      '[[stage]]\nname = "y"\ntogether = "g"\ncommands = [["true"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run3", check=False)
+    assert r.returncode == 2 and "stage 'y': 'together_per_gpu' unset differs from stage 'x' of the same group 'g' (1)" \
+        in r.stderr, r.stderr
