@@ -42,6 +42,8 @@ RftCommand::RftCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--verifier", m.o.verifier_url, "MooreEval service URL (default: judges in this process); it must "
                 "accept problem sources (musacoder serve --allow-inline-problems)")->envname("MUSACODER_VERIFIER");
   s->add_option("--verifier-token", m.o.verifier_token, "bearer token of the service")->envname("MUSACODER_VERIFIER_TOKEN");
+  s->add_flag("--judge-twins", m.o.judge_twins, "judge every answer; by default an answer whose text another sample of "
+              "the same problem has gets that one's verdict (verified.jsonl rows say twin_of)");
   s->add_option("--cap", m.o.selection.cap_per_problem, "answers kept per problem (0: no cap)")->capture_default_str();
   s->add_option("--near-duplicate", m.o.selection.near_duplicate_jaccard,
                 "token-shingle Jaccard at or above which two answers count as one")->capture_default_str();

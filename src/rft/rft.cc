@@ -159,6 +159,21 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
     fmt::print(stderr, "rft: {} answers already judged in {}, {} to judge\n", cands.size() - todo.size(), path.string(),
                todo.size());
   if (todo.empty()) return results;
+  // Twins: an answer whose text another sample of the same problem has is judged once, and its
+  // twins get that verdict (bench-model does the same; a model near determinism samples the same
+  // answer over and over). Their rows say twin_of. --judge-twins judges each.
+  std::vector<std::pair<size_t, size_t>> twins;  // (answer, the one judged for it)
+  if (!o.judge_twins) {
+    std::map<std::pair<std::string, std::string>, size_t> first;
+    std::vector<size_t> judged;
+    for (size_t i : todo) {
+      const auto& c = cands[i];
+      auto [it, fresh] = first.emplace(std::make_pair(c.problem ? c.problem->key : c.problem_ref, sha256_hex(c.answer)), i);
+      if (fresh) judged.push_back(i);
+      else twins.emplace_back(i, it->second);
+    }
+    todo = std::move(judged);
+  }
   std::ofstream log(path, std::ios::app);
   MC_CHECK(log, "cannot write ", path.string());
   std::mutex mu;
@@ -214,6 +229,16 @@ std::vector<eval::EvalResult> verify_answers(const RftOptions& o, const std::vec
       for (size_t k = 0; k < local.size(); ++k) record(rest[k], local[k]);
     }
   }
+  for (auto [i, lead] : twins) {
+    eval::EvalResult r = results[lead];
+    r.sample_id = cands[i].sample_id;
+    results[i] = r;
+    json row = {{"key", answer_key(cands[i])}, {"problem", r.problem_key}, {"sample", cands[i].sample_id},
+                {"verdict", eval::to_string(r.verdict)}, {"twin_of", cands[lead].sample_id}, {"result", eval::to_json(r)}};
+    log << row.dump() << "\n";
+  }
+  log.flush();
+  if (!twins.empty()) fmt::print(stderr, "rft: {} answers shared a twin's verdict (the same text, judged once)\n", twins.size());
   return results;
 }
 

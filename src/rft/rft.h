@@ -45,6 +45,7 @@ struct RftOptions {
   // Verification.
   std::string verifier_url;  // "" : in-process MooreEval with `evaluator`
   std::string verifier_token;
+  bool judge_twins = false;  // judge every answer; by default the same text for the same problem is judged once
   eval::EvalConfig eval_config;
   eval::EvaluatorOptions evaluator;
   SelectionOptions selection;

@@ -201,3 +201,25 @@ def test_clear_errors(setup, tmp_path):
     blocker.write_text("")
     r = mc(*rft_args(problems, samples, blocker / "out", base / "cache"), check=False)
     assert r.returncode != 0 and "--out: cannot create" in r.stderr and "a-file" in r.stderr, r.stderr
+
+
+def test_twins_are_judged_once(setup, tmp_path):
+    """The same answer text twice for one problem: judged once, the twin gets that verdict (its
+    row says twin_of); --judge-twins judges both."""
+    base, problems, _, _ = setup
+    code = open(os.path.join(CASES, "add_base.py")).read()
+    samples = tmp_path / "twins.jsonl"
+    with open(samples, "w") as f:
+        for sid in ("first", "again"):
+            f.write(json.dumps({"problem": "1_Add", "sample_id": sid, "answer": f"```python\n{code}```\n"}) + "\n")
+    out = tmp_path / "run"
+    r = mc(*rft_args(problems, samples, out, base / "cache"))
+    assert "rft: 1 answers shared a twin's verdict" in r.stderr, r.stderr
+    rows = {x["sample"]: x for x in read_jsonl(out / "verified.jsonl")}
+    assert "twin_of" not in rows["first"] and rows["again"]["twin_of"] == "first"
+    assert rows["again"]["verdict"] == rows["first"]["verdict"] == "ok"
+    assert rows["again"]["result"]["speedup"] == rows["first"]["result"]["speedup"]
+    out2 = tmp_path / "run-each"
+    r = mc(*rft_args(problems, samples, out2, base / "cache"), "--judge-twins")
+    assert "shared a twin's verdict" not in r.stderr
+    assert not any("twin_of" in x for x in read_jsonl(out2 / "verified.jsonl"))
