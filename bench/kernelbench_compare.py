@@ -341,8 +341,8 @@ def main():
     ap.add_argument("--problems", default=os.path.join(ROOT, ".kb", "bench", "KernelBench"),
                     help="KernelBench's problems (with --set kb-level1)")
     ap.add_argument("--quiesce-ab", action="store_true",
-                    help="after the warm run: the same run with MUSACODER_TIMING_QUIESCE=none and =stop, what the "
-                         "wait for starting spares costs and whether timings move without it")
+                    help="after the warm run: the same run under each other MUSACODER_TIMING_QUIESCE mode (stop, "
+                         "wait, none): what each costs in wall time and whether timings move")
     ap.add_argument("--quiesce", choices=("wait", "stop", "none"),
                     help="MUSACODER_TIMING_QUIESCE for every MooreEval run (default: the judge's own)")
     ap.add_argument("--hang", action="store_true",

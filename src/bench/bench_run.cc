@@ -237,7 +237,7 @@ class Run {
     for (size_t p = 0; p < set_.size(); ++p)  // resumed verdicts serve their twins too
       for (int s = 0; s < o_.samples; ++s)
         for (int t = 1; t <= o_.turns; ++t)
-          if (recs_[p][s][t - 1].result) judged_.emplace(twin_key(p, recs_[p][s][t - 1].text), Slot{p, s, t});
+          if (recs_[p][s][t - 1].result) leaders_.emplace(twin_key(p, recs_[p][s][t - 1].text), Slot{p, s, t});
     for (int turn = 1; turn <= o_.turns; ++turn) {
       // Answers already there whose verdict is missing (a stopped run): judged first.
       std::vector<std::tuple<size_t, int>> todo;  // (problem, sample) needing an answer at this turn
@@ -310,7 +310,6 @@ class Run {
             pending.erase(std::find(pending.begin(), pending.end(), id));
             size_t p = id / (o_.samples * o_.turns);
             int s = static_cast<int>(id / o_.turns % o_.samples), t = static_cast<int>(id % o_.turns) + 1;
-            inflight_.erase(id);
             bar.advance(1, r.is_infra() ? "infra error" : "");
             Slot leader{p, s, t};
             record(leader, r, nullptr);
@@ -432,27 +431,26 @@ class Run {
     }
     results_ << row.dump() << "\n";
     results_.flush();
-    if (r.is_infra()) {
-      rec.infra = "verifier: " + r.infra_error;
-    } else {
-      rec.result = r;
-      judged_.emplace(twin_key(at.p, rec.text), at);
-    }
+    if (r.is_infra()) rec.infra = "verifier: " + r.infra_error;
+    else rec.result = r;
   }
 
   void submit(serve::Verifier& v, size_t p, int s, int turn) {
     if (!o_.judge_twins) {
       TwinKey key = twin_key(p, recs_[p][s][turn - 1].text);
-      if (auto j = judged_.find(key); j != judged_.end()) {  // judged earlier (this run or resumed)
-        const Slot& l = j->second;
-        record(Slot{p, s, turn}, *recs_[l.p][l.s][l.turn - 1].result, &l);
-        return;
+      if (auto it = leaders_.find(key); it != leaders_.end()) {
+        const Slot& l = it->second;
+        const TurnRecord& lead = recs_[l.p][l.s][l.turn - 1];
+        if (lead.result) {  // judged earlier (this run or resumed)
+          record(Slot{p, s, turn}, *lead.result, &l);
+          return;
+        }
+        if (lead.infra.empty()) {  // submitted, its judgement not back yet
+          followers_[key].push_back(Slot{p, s, turn});
+          return;
+        }
       }
-      if (auto l = leaders_.find(key); l != leaders_.end() && !answers_judged(l->second)) {
-        followers_[key].push_back(Slot{p, s, turn});
-        return;
-      }
-      leaders_[key] = Slot{p, s, turn};
+      leaders_[key] = Slot{p, s, turn};  // the first of its text, or after an infra error
     }
     eval::Candidate c;
     c.problem = set_[p].problem;
@@ -460,14 +458,7 @@ class Run {
     c.sample_id = fmt::format("{}.t{}", s, turn);
     c.answer = recs_[p][s][turn - 1].text;
     c.origin = "bench-model";
-    size_t id = (p * o_.samples + s) * o_.turns + (turn - 1);
-    inflight_.insert(id);
-    v.submit(id, std::move(c));
-  }
-
-  // Whether a submitted answer's judgement has come back (a verdict or an infra error).
-  bool answers_judged(const Slot& l) const {
-    return !inflight_.count((l.p * o_.samples + l.s) * o_.turns + (l.turn - 1));
+    v.submit((p * o_.samples + s) * o_.turns + (turn - 1), std::move(c));
   }
 
   const BenchOptions& o_;
@@ -476,9 +467,7 @@ class Run {
   std::map<std::string, size_t> index_;
   std::vector<std::vector<std::vector<TurnRecord>>> recs_;  // [problem][sample][turn - 1]
   std::ofstream answers_, results_;
-  std::set<size_t> inflight_;                      // submitted, judgement not back yet
-  std::map<TwinKey, Slot> judged_;                 // an answer with a verdict, by problem and text
-  std::map<TwinKey, Slot> leaders_;                // the answer judged for its twins
+  std::map<TwinKey, Slot> leaders_;                // by problem and text: the answer judged for its twins
   std::map<TwinKey, std::vector<Slot>> followers_;  // twins waiting for their leader's judgement
   size_t twins_shared_ = 0;
 };
