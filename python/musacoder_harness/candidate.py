@@ -10,6 +10,7 @@ import ctypes
 import hashlib
 import importlib.machinery
 import importlib.util
+import math
 import os
 import sys
 import time
@@ -184,16 +185,30 @@ class Candidate:
                 m.data, m.dtype, m.ndim, m.on_host = h.data_ptr(), codes[h.dtype], 0, 1
             return m
 
-        def prepare(inputs):
-            """Argument structs and fresh NaN-filled outputs; returns the call to time."""
+        def prepare(inputs, guard=False):
+            """Argument structs and fresh NaN-filled outputs; returns the call to time. With
+            `guard` (correctness runs), each output is followed by a poisoned guard zone that
+            the call checks afterwards: a kernel that writes past the end of its output (sizes
+            hard-coded larger than the inputs', a grid without a bounds check) fails with a
+            runtime error that says so. Unguarded, such a write lands in whatever memory comes
+            next: harmless in one run, it corrupted an earlier timed run's held output on the
+            H100 and read as a stale-result hack (session 29)."""
             keep = []
             args = list(inputs) + self.native_params
             arr_in = (MCTensor * max(1, len(args)))(*[to_mc(a, keep) for a in args])
-            outs = []
+            outs, guards = [], []
             for spec in self.output_specs:
-                o = torch.empty(spec["shape"], dtype=dtype_from_name(spec["dtype"]),
-                                device=self.device)
-                self._poison_tensor(o)
+                dt = dtype_from_name(spec["dtype"])
+                if guard:
+                    n = math.prod(spec["shape"])
+                    g = guard_elements(n, torch.empty((), dtype=dt).element_size())
+                    buf = torch.empty(n + g, dtype=dt, device=self.device)
+                    self._poison_tensor(buf)
+                    o = buf[:n].view(spec["shape"])
+                    guards.append(buf[n:])
+                else:
+                    o = torch.empty(spec["shape"], dtype=dt, device=self.device)
+                    self._poison_tensor(o)
                 outs.append(o)
             arr_out = (MCTensor * max(1, len(outs)))(*[to_mc(o, keep) for o in outs])
             stream = torch.cuda.current_stream(self.device).cuda_stream if self.cuda else None
@@ -204,11 +219,18 @@ class Candidate:
                 if rc != 0:
                     raise RuntimeError(f"mc_forward returned {rc}")
                 keep.clear()
+                for k, g in enumerate(guards):
+                    if bool((g.view(torch.uint8) != 0xFF).any()):
+                        spec = self.output_specs[k]
+                        raise RuntimeError(
+                            f"out-of-bounds write: the kernel wrote past the end of output {k} "
+                            f"(shape {spec['shape']}, {spec['dtype']}). Check the sizes it computes "
+                            f"with against the inputs' shapes, and the bounds check of its grid")
                 return outs[0] if len(outs) == 1 else tuple(outs)
             return call
 
         self.prepare = prepare
-        self.model = lambda *inputs: prepare(inputs)()
+        self.model = lambda *inputs: prepare(inputs, guard=True)()
 
     # ---- poisoning: fresh output memory holds NaN, so unwritten elements fail ---------------
     def _poison_tensor(self, t):
@@ -369,6 +391,18 @@ class Candidate:
         times, _ = time_iterations(lambda: None, [[]], self.device, self.flusher,
                                    int(msg.get("iters", 30)))
         return {"op": "calibrated", "times_us": times}
+
+
+# Guard zone after each native output in correctness runs: as many bytes as the output, at
+# least 4 KiB, at most 64 MiB (a write further out is not seen).
+GUARD_MIN_BYTES = 4 << 10
+GUARD_MAX_BYTES = 64 << 20
+
+
+def guard_elements(n, itemsize):
+    """Elements of the guard zone after an output of n elements of itemsize bytes."""
+    nbytes = min(max(n * itemsize, GUARD_MIN_BYTES), GUARD_MAX_BYTES)
+    return max(1, nbytes // itemsize)
 
 
 def warm_legality_tools(torch, device):

@@ -1017,7 +1017,8 @@ class Judge:
                                              extra_atol=res.get("extra_atol"))
                 if not ok:
                     raise Verdict("timing_error", "outputs of timed runs do not match the "
-                                  "reference (stale or cached results)", "stale_result",
+                                  "reference (stale or cached results, or a kernel that writes outside "
+                                  "its output)", "stale_result",
                                   mismatch=dict(detail, timing_set=i))
             if len(outs_rep.get("outputs", [])) != k:
                 raise Verdict("timing_error", "timed runs returned no outputs", "stale_result")
