@@ -84,7 +84,9 @@ for stage in $STAGES; do
         echo "sandbox: layers disabled on this machine: $first"
       fi ;;
     suite)
-      python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
+      # SUITE_ARGS, e.g. "--sections honest,faults" (default: every section).
+      # shellcheck disable=SC2086
+      python3 tests/gpu/run_gpu_suite.py --musacoder "$BIN" --out "$OUT/suite" ${SUITE_ARGS:-} 2>&1 | tee "$OUT/suite.log" || rc=1 ;;
     selftest)
       # MooreEval against itself over KernelBench at its published sizes (carry the checkout in
       # .kb/bench). Resumable: rows of an earlier slice, copied into .kb/selftest, are kept and

@@ -30,6 +30,10 @@ RecipeCommand::RecipeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                     "GPUs that a `together` group's stages are spread over, one each in turn, comma-separated "
                     "(CUDA's names; default: CUDA_VISIBLE_DEVICES, else every /dev/nvidiaN; one or none: no spreading)")
       ->delimiter(',');
+  m.cmd->add_option("--together-per-gpu", m.o.per_gpu,
+                    "at most this many stages of a `together` group on one GPU at once, for every group "
+                    "(default: each group's together_per_gpu)")
+      ->check(CLI::Range(1, 64));
   m.cmd->add_flag("--list", m.list, "print the stages and their commands, run nothing");
   m.cmd->add_flag("--no-progress", m.no_progress, "no progress bar");
 }

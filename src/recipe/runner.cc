@@ -364,7 +364,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     } else {
       // Spread over the GPUs, one each in turn; at most per_gpu of them on one GPU at a time.
       const size_t ngpu = o.gpus.size() >= 2 ? o.gpus.size() : 1;
-      const int per_gpu = now[0]->per_gpu;
+      const int per_gpu = o.per_gpu > 0 ? o.per_gpu : now[0]->per_gpu;
       const size_t wave = per_gpu > 0 ? std::min(now.size(), static_cast<size_t>(per_gpu) * ngpu) : now.size();
       fmt::print(stderr, "recipe: {} stages together ({}", now.size(), now[0]->together);
       if (ngpu > 1) fmt::print(stderr, ", over {} GPUs", ngpu);

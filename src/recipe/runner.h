@@ -63,6 +63,9 @@ struct RunOptions {
   // GPUs (CUDA's names: an index or a UUID) that the stages of a `together` group are spread
   // over, one each in turn, through CUDA_VISIBLE_DEVICES. Fewer than two: no spreading.
   std::vector<std::string> gpus;
+  // Overrides every group's together_per_gpu (0: the recipe's own). E.g. RL and its three
+  // arms, one per GPU on a machine with four, two at a time on one GPU with room for two.
+  int per_gpu = 0;
 };
 
 // The GPUs this machine shows: CUDA_VISIBLE_DEVICES's list where it is set, else one per

@@ -74,7 +74,13 @@ def main():
     ap.add_argument("--musacoder", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--cache-dir", default="/tmp/musacoder-gpu-suite-cache")
+    ap.add_argument("--sections", default="honest,hacks,faults",
+                    help="which parts to run, comma-separated: honest (cold, warm, agreement), "
+                         "hacks (static, runtime), faults (then the host check)")
     args = ap.parse_args()
+    sections = set(args.sections.split(","))
+    if not sections or sections - {"honest", "hacks", "faults"}:
+        ap.error(f"--sections: {args.sections!r}: name some of honest, hacks, faults")
     os.makedirs(args.out, exist_ok=True)
     common = ["--cache-dir", args.cache_dir, "--trial-timeout", "20", "--timing-budget", "1.0"]
     table, failures, details = [], 0, []
@@ -101,8 +107,10 @@ def main():
     honest = cases(os.path.join(CASES, "gpu", "honest")) + cases(os.path.join(CASES, "gpu", "native")) \
         + cases(os.path.join(CASES, "gpu", "variants"))
     honest = [(("native_" if p.endswith(".cu") else "") + n, p) for n, p in honest]
-    rows, wall_cold, _ = run_eval(args.musacoder, honest, args.out, "honest_cold", common)
-    for name, path in honest:
+    rows, wall_cold, wall_warm, agreement = {}, 0.0, 0.0, []
+    if "honest" in sections:
+        rows, wall_cold, _ = run_eval(args.musacoder, honest, args.out, "honest_cold", common)
+    for name, path in (honest if "honest" in sections else []):
         r = rows.get(name)
         sp = r.get("speedup") if r else None
         note = f"speedup {sp:.3f} compile {r['compile_s']:.1f}s" if sp else ""
@@ -110,25 +118,28 @@ def main():
             note += " INSANE SPEEDUP"
         check("honest", name, r, "ok", note)
 
-    rows2, wall_warm, _ = run_eval(args.musacoder, honest, args.out, "honest_warm", common)
-    agreement = []
-    for name, _ in honest:
+    if "honest" in sections:
+        rows2, wall_warm, _ = run_eval(args.musacoder, honest, args.out, "honest_warm", common)
+    for name, _ in (honest if "honest" in sections else []):
         a, b = rows.get(name), rows2.get(name)
         if a and b and a.get("candidate_time") and b.get("candidate_time"):
             m1, m2 = a["candidate_time"]["median_us"], b["candidate_time"]["median_us"]
             agreement.append((name, m1, m2, abs(m1 - m2) / min(m1, m2)))
 
-    hacks = cases(os.path.join(CASES, "hacks"))
-    rows, _, _ = run_eval(args.musacoder, hacks, args.out, "hacks_static", common)
-    for name, path in hacks:
-        check("hack-static", name, rows.get(name), header(path, "expect"))
-    rows, _, _ = run_eval(args.musacoder, hacks, args.out, "hacks_runtime", common + ["--skip-static"])
-    for name, path in hacks:
-        check("hack-runtime", name, rows.get(name), header(path, "expect-runtime"))
+    if "hacks" in sections:
+        hacks = cases(os.path.join(CASES, "hacks"))
+        rows, _, _ = run_eval(args.musacoder, hacks, args.out, "hacks_static", common)
+        for name, path in hacks:
+            check("hack-static", name, rows.get(name), header(path, "expect"))
+        rows, _, _ = run_eval(args.musacoder, hacks, args.out, "hacks_runtime", common + ["--skip-static"])
+        for name, path in hacks:
+            check("hack-runtime", name, rows.get(name), header(path, "expect-runtime"))
 
-    faults = cases(os.path.join(CASES, "faults"))
-    after = [("after_faults_" + n, p) for n, p in cases(os.path.join(CASES, "gpu", "honest"))[:2]]
-    rows, _, _ = run_eval(args.musacoder, faults + after, args.out, "faults", common + ["--gpus", "0"])
+    faults, after = [], []
+    if "faults" in sections:
+        faults = cases(os.path.join(CASES, "faults"))
+        after = [("after_faults_" + n, p) for n, p in cases(os.path.join(CASES, "gpu", "honest"))[:2]]
+        rows, _, _ = run_eval(args.musacoder, faults + after, args.out, "faults", common + ["--gpus", "0"])
     for name, path in faults:
         check("fault", name, rows.get(name), header(path, "expect-runtime"))
     for name, _ in after:
