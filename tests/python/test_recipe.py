@@ -294,13 +294,13 @@ def test_together_stages_spread_over_gpus(tmp_path):
     starts, ends = times(run)
     assert starts[1] >= ends[0] and starts[2] >= ends[1], (starts, ends)
     assert [open(run / f"{n}.gpu").read().strip() for n in "abc"] == ["3", "3", "3"]
+    assert "gpu" not in json.load(open(run / "recipe" / "state.json"))["stages"]["a"]
     # --together-per-gpu overrides the group's own: two at once on the one GPU, then the third.
     run = tmp_path / "run-two"
     mc("recipe", recipe, "--out", run, "--no-progress", "--together-per-gpu", "2",
        env=dict(os.environ, CUDA_VISIBLE_DEVICES="3"))
     (sa, sb, sc), (ea, eb, ec) = times(run)
     assert max(sa, sb) < min(ea, eb) and sc >= max(ea, eb), "a and b at once, c after"
-    assert "gpu" not in json.load(open(run / "recipe" / "state.json"))["stages"]["a"]
     recipe.write_text('[[stage]]\nname = "x"\ntogether_per_gpu = 1\ncommands = [["true"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
     assert r.returncode == 2 and "'together_per_gpu' belongs to a stage of a `together` group" in r.stderr, r.stderr
