@@ -87,6 +87,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--max-problems", r.max_problems,
                 "train on the first N problems in curriculum order, epoch after epoch (0: all); OUT/problems.txt lists them")
       ->capture_default_str();
+  l->add_option("--keep-solved", r.keep_solved,
+                "bench-model's results.jsonl of the starting model on these problems: train only on those it solved at "
+                "turn 1 at least once there");
   l->add_option("--order", r.order, "curriculum (level, then difficulty) or shuffle (per epoch)")->capture_default_str();
   l->add_option("--group-size", r.group_size, "answers per prompt (G)")->capture_default_str();
   l->add_option("--prompts-per-step", r.prompts_per_step, "prompts per step, over all ranks (repair tasks included)")->capture_default_str();

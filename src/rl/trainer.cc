@@ -121,6 +121,41 @@ void merge_into(json& a, const json& b) {
 double num(const json& j, const std::string& k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; }
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+// The tasks the starting model solved at turn 1 at least once, by bench-model's results.jsonl
+// of it on the same problems (--keep-solved). Infra errors count as no answer.
+std::vector<synth::Task> keep_solved(std::vector<synth::Task> tasks, const std::string& path, bool report) {
+  MC_CHECK(fs::is_regular_file(path), "--keep-solved: no file ", path, " (bench-model's results.jsonl of the starting model)");
+  std::map<std::string, std::pair<int, int>> turn1;  // problem -> (answers ok, answers judged)
+  for_each_jsonl(path, [&](const json& r, size_t line) {
+    MC_CHECK(r.is_object() && r.contains("problem") && r["problem"].is_string() && r.contains("turn") &&
+                 r["turn"].is_number_integer() && r.contains("result") && r["result"].is_object(),
+             "--keep-solved ", path, ":", line, ": not a row of bench-model's results.jsonl (problem, turn, result)");
+    if (r["turn"].get<int>() != 1 || !r["result"].value("infra_error", std::string()).empty()) return;
+    auto& c = turn1[r["problem"].get<std::string>()];
+    c.first += r["result"].value("verdict", std::string()) == "ok";
+    c.second += 1;
+  });
+  const size_t n = tasks.size();
+  size_t unjudged = 0, never = 0, always = 0;
+  std::vector<synth::Task> kept;
+  for (auto& t : tasks) {
+    auto it = turn1.find(t.problem->key);
+    if (it == turn1.end()) ++unjudged;
+    else if (it->second.first == 0) ++never;
+    else {
+      always += it->second.first == it->second.second;
+      kept.push_back(std::move(t));
+    }
+  }
+  MC_CHECK(unjudged < n, "--keep-solved ", path, ": names none of the ", n, " problems (results of another problem set?)");
+  MC_CHECK(!kept.empty(), "--keep-solved ", path, ": the starting model solved none of the ", n - unjudged,
+           " judged problems at turn 1: nothing for RL to learn from");
+  if (report)
+    fmt::print(stderr, "rl: --keep-solved: {} of {} problems solved at turn 1 at least once ({} every time); {} never, {} not in {}\n",
+               kept.size(), n, always, never, unjudged, path);
+  return kept;
+}
+
 // Curriculum order: level, then synth's difficulty.
 bool curriculum_before(const synth::Task& a, const synth::Task& b) {
   return std::tie(a.level, a.difficulty) < std::tie(b.level, b.difficulty);
@@ -233,6 +268,7 @@ RlResult run_rl(const RlOptions& o) {
   }
   MC_CHECK(!tasks.empty(), o.problems, ": nothing to train on: ", all_tasks.size(), " problem(s), and every prompt with --max-new-tokens ",
            o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
+  if (!o.keep_solved.empty()) tasks = keep_solved(std::move(tasks), o.keep_solved, main);
   if (o.max_problems > 0 && static_cast<int64_t>(tasks.size()) > o.max_problems) {
     std::stable_sort(tasks.begin(), tasks.end(), curriculum_before);
     tasks.resize(static_cast<size_t>(o.max_problems));

@@ -39,6 +39,10 @@ struct RlOptions {
   // > 0: the first N problems in curriculum order (after `level`), so that a short run goes
   // over the same problems several times; OUT/problems.txt lists what a run trains on.
   int64_t max_problems = 0;
+  // A bench-model results.jsonl of the starting model on these problems: train only on the
+  // problems it solved at turn 1 at least once there. Groups that all fail teach nothing, and
+  // over problems a model never solves a run is all-failed steps (session 29: 1 pass in 704).
+  std::string keep_solved;
   std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
   // Batch.
   int group_size = 8, prompts_per_step = 64;

@@ -356,6 +356,34 @@ def test_max_problems_and_loop_stop(setup):
         assert {t["problem"] for t in read_jsonl(out / "samples" / f"step-{step:08d}.jsonl")} == {"1_Add"}
 
 
+def results_rows(*rows):
+    """bench-model results.jsonl rows: (problem, turn, verdict[, infra error])."""
+    out = []
+    for i, (problem, turn, verdict, *infra) in enumerate(rows):
+        out.append({"problem": problem, "sample": i, "turn": turn,
+                    "result": {"verdict": verdict, "infra_error": infra[0] if infra else ""}})
+    return "".join(json.dumps(r) + "\n" for r in out)
+
+
+def test_keep_solved(setup, tmp_path):
+    """--keep-solved trains only on the problems the starting model solved at turn 1 in a
+    bench-model run of it: a later turn's pass and an infra error do not count."""
+    res = tmp_path / "results.jsonl"
+    res.write_text(results_rows(("1_Add", 1, "incorrect"), ("1_Add", 1, "ok"), ("2_ReLU", 1, "incorrect"),
+                                ("2_ReLU", 2, "ok"), ("2_ReLU", 1, "infra_error", "verifier: lost")))
+    out = tmp_path / "kept"
+    r = mc(*replaced(rl_args(setup, out, "--max-steps", "1", "--keep-solved", res), prompts_per_step="1"))
+    assert open(out / "problems.txt").read().split() == ["1_Add"]
+    assert "--keep-solved: 1 of " in r.stderr and "(0 every time); 1 never" in r.stderr, r.stderr
+    # Results that name none of the problems, none solved, a row that is not bench-model's.
+    for text, message in ((results_rows(("L1/9_Other", 1, "ok")), "names none of the"),
+                          (results_rows(("1_Add", 1, "incorrect"), ("2_ReLU", 2, "ok")), "solved none of the"),
+                          ('{"problem": "1_Add", "turn": 1}\n', "results.jsonl:1: not a row of bench-model's")):
+        res.write_text(text)
+        r = mc(*rl_args(setup, tmp_path / "bad", "--max-steps", "1", "--keep-solved", res), check=False)
+        assert r.returncode != 0 and message in r.stderr, (message, r.stderr)
+
+
 def test_clear_errors(setup, tmp_path):
     base, problems, model, plant = setup
     r = mc(*replaced(rl_args(setup, tmp_path / "a", "--max-steps", "1"), group_size=1), check=False)
