@@ -550,6 +550,8 @@ RlResult run_rl(const RlOptions& o) {
         add("answers", 1);
         add("answer_tokens", static_cast<double>(r.tokens.size()));
         merge_into(acc["verdicts"][eval::to_string(r.result.verdict)], json(1));
+        // First answers alone: whether a step's failures are the model's first tries or repairs.
+        if (k == 0) merge_into(acc["verdicts_turn1"][eval::to_string(r.result.verdict)], json(1));
         if (!r.result.rule.empty()) merge_into(acc["rules"][r.result.rule], json(1));
         for (const auto& v : r.result.violations) merge_into(acc["rules_all"][v.rule], json(1));
         if (r.passed() && r.result.speedup) {
@@ -805,6 +807,7 @@ RlResult run_rl(const RlOptions& o) {
       row["anchor_s"] = anchor_s;
     }
     if (m.contains("verdicts")) row["verdicts"] = m["verdicts"];
+    if (m.contains("verdicts_turn1")) row["verdicts_turn1"] = m["verdicts_turn1"];
     if (m.contains("rules")) row["rules"] = m["rules"];
     if (auto mem = model::peak_memory_gib(device)) {
       auto t = at::tensor({mem->first, mem->second}, at::kDouble).to(device);

@@ -129,6 +129,7 @@ def test_rl_steps_reach_every_branch(setup):
     # Both of its answers push the update (neg_push_share: the failing answer's part of it).
     assert 0 < s1["neg_push_share"] < 1
     assert s1["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, s1["verdicts"]
+    assert s1["verdicts_turn1"] == {"ok": 1, "incorrect": 1, "compile_error": 2}, s1["verdicts_turn1"]
     # Identical answers are judged once: 1_Add's turn-2 answer is sample 0's turn-1 answer, and
     # 2_ReLU's four answers are one text.
     assert s1["twin_answers_share"] == pytest.approx(4 / 7)
