@@ -201,7 +201,7 @@ class Candidate:
                 dt = dtype_from_name(spec["dtype"])
                 if guard:
                     n = math.prod(spec["shape"])
-                    g = guard_elements(n, torch.empty((), dtype=dt).element_size())
+                    g = guard_elements(n, dt.itemsize)
                     buf = torch.empty(n + g, dtype=dt, device=self.device)
                     self._poison_tensor(buf)
                     o = buf[:n].view(spec["shape"])

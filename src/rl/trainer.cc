@@ -127,7 +127,7 @@ std::vector<synth::Task> keep_solved(std::vector<synth::Task> tasks, const std::
   MC_CHECK(fs::is_regular_file(path), "--keep-solved: no file ", path, " (bench-model's results.jsonl of the starting model)");
   std::map<std::string, std::pair<int, int>> turn1;  // problem -> (answers ok, answers judged)
   for_each_jsonl(path, [&](const json& r, size_t line) {
-    MC_CHECK(r.is_object() && r.contains("problem") && r["problem"].is_string() && r.contains("turn") &&
+    MC_CHECK(r.contains("problem") && r["problem"].is_string() && r.contains("turn") &&
                  r["turn"].is_number_integer() && r.contains("result") && r["result"].is_object(),
              "--keep-solved ", path, ":", line, ": not a row of bench-model's results.jsonl (problem, turn, result)");
     if (r["turn"].get<int>() != 1 || !r["result"].value("infra_error", std::string()).empty()) return;

@@ -102,29 +102,28 @@ def main():
     except OSError:
         victim = None
 
-    # variants: more honest kernels per problem (static helpers, own parameter names, other
-    # summation orders) that must be accepted too.
-    honest = cases(os.path.join(CASES, "gpu", "honest")) + cases(os.path.join(CASES, "gpu", "native")) \
-        + cases(os.path.join(CASES, "gpu", "variants"))
-    honest = [(("native_" if p.endswith(".cu") else "") + n, p) for n, p in honest]
-    rows, wall_cold, wall_warm, agreement = {}, 0.0, 0.0, []
+    wall_cold, wall_warm, agreement = 0.0, 0.0, []
     if "honest" in sections:
+        # variants: more honest kernels per problem (static helpers, own parameter names, other
+        # summation orders) that must be accepted too.
+        honest = cases(os.path.join(CASES, "gpu", "honest")) + cases(os.path.join(CASES, "gpu", "native")) \
+            + cases(os.path.join(CASES, "gpu", "variants"))
+        honest = [(("native_" if p.endswith(".cu") else "") + n, p) for n, p in honest]
         rows, wall_cold, _ = run_eval(args.musacoder, honest, args.out, "honest_cold", common)
-    for name, path in (honest if "honest" in sections else []):
-        r = rows.get(name)
-        sp = r.get("speedup") if r else None
-        note = f"speedup {sp:.3f} compile {r['compile_s']:.1f}s" if sp else ""
-        if r and r["verdict"] == "ok" and not (sp and 0.01 < sp < 50):
-            note += " INSANE SPEEDUP"
-        check("honest", name, r, "ok", note)
+        for name, path in honest:
+            r = rows.get(name)
+            sp = r.get("speedup") if r else None
+            note = f"speedup {sp:.3f} compile {r['compile_s']:.1f}s" if sp else ""
+            if r and r["verdict"] == "ok" and not (sp and 0.01 < sp < 50):
+                note += " INSANE SPEEDUP"
+            check("honest", name, r, "ok", note)
 
-    if "honest" in sections:
         rows2, wall_warm, _ = run_eval(args.musacoder, honest, args.out, "honest_warm", common)
-    for name, _ in (honest if "honest" in sections else []):
-        a, b = rows.get(name), rows2.get(name)
-        if a and b and a.get("candidate_time") and b.get("candidate_time"):
-            m1, m2 = a["candidate_time"]["median_us"], b["candidate_time"]["median_us"]
-            agreement.append((name, m1, m2, abs(m1 - m2) / min(m1, m2)))
+        for name, _ in honest:
+            a, b = rows.get(name), rows2.get(name)
+            if a and b and a.get("candidate_time") and b.get("candidate_time"):
+                m1, m2 = a["candidate_time"]["median_us"], b["candidate_time"]["median_us"]
+                agreement.append((name, m1, m2, abs(m1 - m2) / min(m1, m2)))
 
     if "hacks" in sections:
         hacks = cases(os.path.join(CASES, "hacks"))
@@ -135,15 +134,14 @@ def main():
         for name, path in hacks:
             check("hack-runtime", name, rows.get(name), header(path, "expect-runtime"))
 
-    faults, after = [], []
     if "faults" in sections:
         faults = cases(os.path.join(CASES, "faults"))
         after = [("after_faults_" + n, p) for n, p in cases(os.path.join(CASES, "gpu", "honest"))[:2]]
         rows, _, _ = run_eval(args.musacoder, faults + after, args.out, "faults", common + ["--gpus", "0"])
-    for name, path in faults:
-        check("fault", name, rows.get(name), header(path, "expect-runtime"))
-    for name, _ in after:
-        check("fault", name, rows.get(name), "ok", "executor recovered")
+        for name, path in faults:
+            check("fault", name, rows.get(name), header(path, "expect-runtime"))
+        for name, _ in after:
+            check("fault", name, rows.get(name), "ok", "executor recovered")
 
     damage = [p for p in ("/etc/musacoder_pwned", "/etc/musacoder_pwned2") if os.path.exists(p)]
     if victim and not os.path.exists(victim):
