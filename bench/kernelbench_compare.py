@@ -98,6 +98,8 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=(), env=None):
         print(p.stdout[-2000:], p.stderr[-2000:])
     rows = [json.loads(l) for l in open(res)]
     rows = [r for r in rows if r["sample_id"] in {s for s, _, _ in items}]
+    for lane_log in glob.glob(os.path.join(cache, "scratch", "gpu0*", "judge.log")):
+        shutil.copy(lane_log, os.path.join(out_dir, f"{tag}.{os.path.basename(os.path.dirname(lane_log))}.judge.log"))
     print(f"{tag} timeline (s from the command's start): {timeline(cache, t0, wall, rows)}", flush=True)
     return rows, wall
 
@@ -149,6 +151,25 @@ def timeline(cache, t0, wall, rows):
         out["compiles_done_by"] = round(max(compiled), 2)
     log = os.path.join(cache, "scratch", "gpu0", "judge.log")
     evals, procs = [], []
+    lanes = {}  # per lane's judge: ready, candidates judged, input closed, stopped (s from t0)
+    for lane_log in sorted(glob.glob(os.path.join(cache, "scratch", "gpu0*", "judge.log"))):
+        name = os.path.basename(os.path.dirname(lane_log))
+        ln = {"evals": 0}
+        for line in open(lane_log, errors="replace"):
+            m = re.match(r"judge: at ([0-9.]+) ready \(started ([0-9.]+)\)", line)
+            if m and float(m.group(2)) >= t0 - 1:
+                ln.update(started=round(float(m.group(2)) - t0, 2), ready=round(float(m.group(1)) - t0, 2), evals=0)
+            m = re.match(r"judge: at ([0-9.]+) (eval|input closed|stopped)", line)
+            if m and float(m.group(1)) >= t0:
+                at = round(float(m.group(1)) - t0, 2)
+                if m.group(2) == "eval":
+                    ln["evals"] += 1
+                    ln["last_eval"] = at
+                else:
+                    ln[m.group(2).replace(" ", "_")] = at
+        lanes[name] = ln
+    if lanes:
+        out["lanes"] = lanes
     try:
         for line in open(log, errors="replace"):
             m = re.match(r"judge: at ([0-9.]+) ready \(started ([0-9.]+)\) (.*)", line)
@@ -323,6 +344,55 @@ def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir):
     return out
 
 
+def import_torch_s():
+    """`import torch` in a fresh interpreter on an idle host: the floor under any judge's start."""
+    t0 = time.time()
+    subprocess.run([sys.executable, "-c", "import torch"], check=True)
+    return time.time() - t0
+
+
+def parse_config(text):
+    """"label: ARGS" where ARGS mixes `musacoder eval` flags and NAME=VALUE environment settings
+    (upper-case names), e.g. "one judge: --lanes 1" or "all lanes at once: MUSACODER_STAGGER_LANES=0"."""
+    label, _, rest = text.partition(":")
+    env, extra = {}, []
+    for tok in rest.split():
+        m = re.match(r"^([A-Z][A-Z0-9_]*)=(.*)$", tok)
+        if m:
+            env[m.group(1)] = m.group(2)
+        else:
+            extra.append(tok)
+    return label.strip(), extra, env
+
+
+def config_runs(bin_, items, toolchain, out_dir, configs):
+    """Each configuration's cold run (a fresh cache holding only the prepared toolchain) and warm
+    run, one after another on the same machine."""
+    out = []
+    for k, text in enumerate(configs):
+        label, extra, env = parse_config(text)
+        cache = fresh_cache(toolchain)
+        rows_c, wall_c = run_musacoder(bin_, items, cache, out_dir, f"cfg{k}_cold", extra, env)
+        rows_w, wall_w = run_musacoder(bin_, items, cache, out_dir, f"cfg{k}_warm", extra, env)
+        out.append({"label": label, "args": extra, "env": env, "cold_s": wall_c, "warm_s": wall_w,
+                    "ok_cold": sum(r["verdict"] == "ok" for r in rows_c),
+                    "ok_warm": sum(r["verdict"] == "ok" for r in rows_w), "n": len(items)})
+        shutil.rmtree(cache, ignore_errors=True)
+    print("\n| configuration | cold (s) | warm (s) | ok cold | ok warm |\n|---|---|---|---|---|")
+    for c in out:
+        print(f"| {c['label']} | {c['cold_s']:.1f} | {c['warm_s']:.1f} | {c['ok_cold']}/{c['n']} | {c['ok_warm']}/{c['n']} |")
+    return out
+
+
+def fresh_cache(toolchain):
+    """An empty cache folder holding only the toolchain `musacoder prepare` built."""
+    cache = tempfile.mkdtemp(prefix="mc-bench-cache-")
+    for part in ("pch", "shim-bridge", "toolchain"):
+        if os.path.isdir(os.path.join(toolchain, part)):
+            shutil.copytree(os.path.join(toolchain, part), os.path.join(cache, part))
+    return cache
+
+
 def pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p * (len(xs) - 1))))] if xs else float("nan")
@@ -348,6 +418,9 @@ def main():
     ap.add_argument("--hang", action="store_true",
                     help="after the warm run: the same candidates plus one that hangs, with lanes "
                          "(the default) and with one judge per GPU; what the hang costs the others")
+    ap.add_argument("--configs", default="",
+                    help="before the main runs: cold and warm runs under each configuration, separated by '|', "
+                         "each 'label: eval flags and NAME=VALUE settings' (e.g. 'one judge: --lanes 1')")
     args = ap.parse_args()
     if args.quiesce:
         os.environ["MUSACODER_TIMING_QUIESCE"] = args.quiesce
@@ -372,10 +445,11 @@ def main():
     p = subprocess.run([args.musacoder, "prepare", "--cache-dir", toolchain], capture_output=True, text=True)
     res["prepare_s"] = time.time() - t0
     print(f"musacoder prepare: {res['prepare_s']:.1f}s rc={p.returncode} {p.stdout.strip()} {p.stderr.strip()[-500:]}", flush=True)
-    cache = tempfile.mkdtemp(prefix="mc-bench-cache-")
-    for part in ("pch", "shim-bridge", "toolchain"):
-        if os.path.isdir(os.path.join(toolchain, part)):
-            shutil.copytree(os.path.join(toolchain, part), os.path.join(cache, part))
+    res["import_torch_s"] = [import_torch_s() for _ in range(2)]
+    print(f"import torch, fresh interpreter, idle host: {res['import_torch_s']}", flush=True)
+    if args.configs:
+        res["configs"] = config_runs(args.musacoder, items, toolchain, args.out, args.configs.split("|"))
+    cache = fresh_cache(toolchain)
     rows, wall_cold = run_musacoder(args.musacoder, items, cache, args.out, "mc_cold")
     rows_w, wall_warm = run_musacoder(args.musacoder, items, cache, args.out, "mc_warm")
     res["musacoder"] = {"cold_wall_s": wall_cold, "warm_wall_s": wall_warm,

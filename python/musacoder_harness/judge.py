@@ -17,7 +17,7 @@ import time
 import traceback
 
 from .candidate_proc import (CandidateCrashed, CandidateProc, CandidateTimeout, ForkedCandidateProc,
-                             Zygote, ZygoteFailed)
+                             Zygote, ZygoteFailed, kill_group)
 from .files import write_json_atomic
 from .lanes import GpuLock
 
@@ -363,13 +363,24 @@ class Judge:
         released: a killed process's kernels may still be running until it has exited."""
         why = "request" if req.get("exclusive") else \
             "problem size" if self.is_exclusive(req.get("problem_path", "")) else ""
-        waited = self.lock.acquire("exclusive" if why else "shared")
-        lane = {"lanes": self.lock.lanes, "mode": self.lock.mode, "waited_s": round(waited, 3)}
-        if why:
-            lane["exclusive_why"] = why
+        # The candidate's process is taken before the gate: one still starting (Python, then its
+        # CUDA context, beside every other lane's) held the gate shared for up to 2 s on the
+        # H100 with nothing on the GPU, and a lane waiting to time waited for it.
+        t0 = time.monotonic()
+        if len(self.dying) > 2 or self.memory_held_by_dying():
+            self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
+        cand = self.take_candidate()
+        take_s = time.monotonic() - t0
         try:
-            return self._evaluate(req, lane)
+            waited = self.lock.acquire("exclusive" if why else "shared")
+            lane = {"lanes": self.lock.lanes, "mode": self.lock.mode, "waited_s": round(waited, 3)}
+            if why:
+                lane["exclusive_why"] = why
+            return self._evaluate(req, lane, cand, take_s)
         finally:
+            if cand not in self.dying:  # _evaluate did not get as far as its own kill
+                cand.signal_kill()
+                self.dying.append(cand)
             if self.lock.lanes > 1:
                 self.reap()
                 if self.cuda:  # an idle lane keeps no cached blocks a large problem could need
@@ -599,7 +610,7 @@ class Judge:
                                "skipped": bool(unmapped)}
         return None if unmapped else mapping
 
-    def _evaluate(self, req, lane):
+    def _evaluate(self, req, lane, cand, take_s):
         torch = self.torch
         from .compare import compare_outputs, degenerate, flatten_outputs
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
@@ -628,12 +639,10 @@ class Judge:
             now = time.monotonic()
             stage_s[name] = now - t_stage
             t_stage = now
-        if len(self.dying) > 2 or self.memory_held_by_dying():
-            self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
         self.release_cached_memory()  # earlier candidates' blocks: free for the plan and this one
-        cand = self.take_candidate()
         share = cand.scratch
         lap("take")
+        stage_s["take"] += take_s  # the process was taken before the gate (_evaluate_in_lane)
         res["candidate_process"] = "forked" if isinstance(cand, ForkedCandidateProc) else "started"
         ready = cand.ready or {}
         print(f"judge: at {time.time():.3f} took a candidate process requested "
@@ -795,6 +804,21 @@ class Judge:
         self.dying += self.spares
         self.spares = []
         self.reap()
+
+    def shutdown(self):
+        """At the end of input: the spares, the killed processes not yet reaped and the zygote
+        are signalled, and their scratch removed, without waiting for any of them to be gone.
+        Each exit tears down a CUDA context (tenths of a second, more beside others), which
+        only delays the caller: SIGKILL cannot be refused, and what the judge leaves behind is
+        reaped by init once the judge exits."""
+        procs = self.spares + self.dying
+        for cand in procs:
+            cand.signal_kill()
+        if self.zygote is not None:
+            kill_group(self.zygote.proc.pid)  # its forked children die with it (zygote.py)
+        for cand in procs:
+            shutil.rmtree(cand.scratch, ignore_errors=True)
+        self.spares, self.dying = [], []
 
     def reap(self):
         """Waits for killed candidate processes to be gone and removes their scratch."""
@@ -1255,9 +1279,7 @@ def main():
                      "traceback": traceback.format_exc()[-3000:]}
         out.write(json.dumps(reply) + "\n")
     print(f"judge: at {time.time():.3f} input closed", file=sys.stderr, flush=True)
-    judge.discard_spares()
-    if judge.zygote is not None:
-        judge.zygote.close()
+    judge.shutdown()
     print(f"judge: at {time.time():.3f} stopped", file=sys.stderr, flush=True)
     return 0
 

@@ -78,6 +78,7 @@ Subprocess::Subprocess(const SubprocessOptions& opts) {
   if (pid_ == 0) {
     setpgid(0, 0);                    // own group: kill_group reaches grandchildren too
     prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the parent
+    if (opts.nice > 0) (void)!::nice(opts.nice);
     int devnull = ::open("/dev/null", O_RDWR);
     dup2(opts.pipe_stdin ? in_p[0] : devnull, 0);
     if (opts.capture_stdout) dup2(out_p[1], 1);

@@ -21,6 +21,7 @@ struct SubprocessOptions {
   bool capture_stdout = true;                  // else inherited
   bool capture_stderr = true;                  // else inherited
   std::string stderr_file;                     // when set, stderr goes to this file instead
+  int nice = 0;                                // added to the child's niceness (lower priority)
 };
 
 struct ExitStatus {

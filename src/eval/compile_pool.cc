@@ -106,6 +106,12 @@ StepResult wait_compiler(Subprocess& p, Clock::time_point deadline, double stuck
   return r;
 }
 
+// Compilers run at a lower priority than the judges: a cold `musacoder eval` starts its judges
+// (each imports torch, then creates a CUDA context) beside up to a compile per core, and a
+// judge ready sooner is judging sooner, while the compiles' seconds mostly sit off the critical
+// path (they finish before the judges are ready). Niceness only matters where cores are short.
+constexpr int kCompilerNice = 5;
+
 // Runs several compiler invocations at once; returns when all have ended.
 std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>& cmds,
                                      const std::string& cwd, const CompilePoolOptions& limits) {
@@ -116,6 +122,7 @@ std::vector<StepResult> run_parallel(const std::vector<std::vector<std::string>>
     o.argv = argv;
     o.cwd = cwd;
     o.env_set["LC_ALL"] = "C";
+    o.nice = kCompilerNice;
     procs.push_back(std::make_unique<Subprocess>(o));
   }
   std::vector<StepResult> out;

@@ -28,6 +28,8 @@ struct EvaluatorOptions {
   int spares = 0;               // warm candidate processes per judge (0: 1 on cpu, 6 on cuda)
   int lanes = 0;                // judges per GPU (0: 1 on cpu, 4 on cuda): correctness trials
                                 // of several candidates at once, timing alone (lanes.py)
+  bool stagger_lanes = true;    // a GPU's later lanes start their judges once its first is ready
+                                // (MUSACODER_STAGGER_LANES=0: all at once)
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
 };
