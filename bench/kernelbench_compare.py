@@ -418,9 +418,10 @@ def main():
     ap.add_argument("--hang", action="store_true",
                     help="after the warm run: the same candidates plus one that hangs, with lanes "
                          "(the default) and with one judge per GPU; what the hang costs the others")
-    ap.add_argument("--configs", default="",
+    ap.add_argument("--configs", default=os.environ.get("BENCH_CONFIGS", ""),
                     help="before the main runs: cold and warm runs under each configuration, separated by '|', "
-                         "each 'label: eval flags and NAME=VALUE settings' (e.g. 'one judge: --lanes 1')")
+                         "each 'label: eval flags and NAME=VALUE settings' (e.g. 'one judge: --lanes 1'); default "
+                         "$BENCH_CONFIGS (gpu-check.sh splits BENCH_ARGS at spaces)")
     args = ap.parse_args()
     if args.quiesce:
         os.environ["MUSACODER_TIMING_QUIESCE"] = args.quiesce

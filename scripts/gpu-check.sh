@@ -102,6 +102,7 @@ for stage in $STAGES; do
       # BENCH_ARGS, e.g. "--set kb-level1 --variants 5 --hang" (KernelBench's real level-1 files
       # at published sizes, from .kb/bench, and what one hanging candidate costs the others).
       # Several runs separated by ";": the first writes $OUT/bench, the next $OUT/bench-2, ...
+      # BENCH_CONFIGS="label: flags and NAME=VALUE | ...": kernelbench_compare.py --configs (arguments here split at spaces).
       n=0
       IFS=';' read -ra runs <<< "${BENCH_ARGS:-}"
       [ ${#runs[@]} -eq 0 ] && runs=("")

@@ -1281,6 +1281,8 @@ def main():
     print(f"judge: at {time.time():.3f} input closed", file=sys.stderr, flush=True)
     judge.shutdown()
     print(f"judge: at {time.time():.3f} stopped", file=sys.stderr, flush=True)
+    out.write(json.dumps({"op": "stopped"}) + "\n")  # the executor need not wait for our exit
+    out.flush()
     return 0
 
 

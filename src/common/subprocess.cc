@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <thread>
 
 #include "common/check.h"
 
@@ -106,6 +107,18 @@ Subprocess::~Subprocess() {
   }
   close_fd(out_fd_);
   close_fd(err_fd_);
+}
+
+void Subprocess::abandon() {
+  if (status_ || pid_ <= 0) return;
+  close_fd(in_fd_);
+  close_fd(out_fd_);
+  close_fd(err_fd_);
+  std::thread([pid = pid_] {
+    int st;
+    waitpid(pid, &st, 0);
+  }).detach();
+  status_ = ExitStatus{};  // not ours to wait for any more
 }
 
 void Subprocess::kill_group(int sig) {

@@ -54,6 +54,11 @@ class Subprocess {
   ExitStatus wait(int timeout_ms = -1);
   void kill_group(int sig = 9);
 
+  // For a child that has done its work and is exiting by itself: closes the pipes and reaps it
+  // on a detached thread instead of waiting here (a process that held a CUDA context takes
+  // tenths of a second to be gone). The destructor then neither kills nor waits.
+  void abandon();
+
   // One poll round over the open output pipes, for up to timeout_ms: what the child wrote
   // meanwhile is appended to stdout_text() / stderr_text(). For callers that watch the output
   // while it runs (wait() does this itself).

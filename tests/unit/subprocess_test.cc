@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
 
 using namespace mc;
 
@@ -51,4 +55,29 @@ TEST(Subprocess, MissingProgramIsExit127) {
   o.argv = {"/nonexistent/program"};
   auto r = run_command(o, 5000);
   EXPECT_EQ(r.status.exit_code, 127);
+}
+
+TEST(Subprocess, AbandonedChildIsNeitherWaitedForNorLeftAZombie) {
+  SubprocessOptions o;
+  o.argv = {"sh", "-c", "echo stopped; sleep 1"};
+  pid_t pid;
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    Subprocess p(o);
+    pid = p.pid();
+    EXPECT_EQ(p.read_line(5000).value_or(""), "stopped");
+    p.abandon();
+  }  // the destructor neither kills nor waits
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.8);
+  EXPECT_EQ(::kill(pid, 0), 0);  // still running its last second
+  for (int i = 0; i < 100 && ::kill(pid, 0) == 0; ++i) usleep(50000);
+  EXPECT_NE(::kill(pid, 0), 0);  // exited and reaped by the detached thread (no zombie)
+}
+
+TEST(Subprocess, NiceLowersTheChildsPriority) {
+  SubprocessOptions o;
+  o.argv = {"sh", "-c", "cut -d' ' -f19 /proc/self/stat"};
+  o.nice = 5;
+  auto r = run_command(o, 5000);
+  EXPECT_EQ(std::stoi(r.out) - ::getpriority(PRIO_PROCESS, 0), 5);
 }
