@@ -151,8 +151,12 @@ class Judge:
         # The GPU's gate, shared with the other lanes' judges (lanes.py).
         self.lock = GpuLock(getattr(args, "gpu_lock", ""), getattr(args, "lanes", 1))
         self.calib_us = None  # the latest calibration, measured with the GPU to ourselves
-        # Spares first: their CUDA contexts are created while the judge creates its own.
-        for _ in range(self.spare_count()):
+        # Spares first: their CUDA contexts are created while the judge creates its own. A
+        # standby judge (a lane that judges only while the GPU's others are held up) starts
+        # them at its first candidate instead: contexts created meanwhile would slow the other
+        # lanes' work.
+        self.standby = bool(getattr(args, "standby", False))
+        for _ in range(0 if self.standby else self.spare_count()):
             self.spawn_spare()
         self.startup_s["spares_requested"] = time.monotonic() - t0
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -367,6 +371,10 @@ class Judge:
         # CUDA context, beside every other lane's) held the gate shared for up to 2 s on the
         # H100 with nothing on the GPU, and a lane waiting to time waited for it.
         t0 = time.monotonic()
+        if self.standby or not self.spares:  # first candidate of a standby lane
+            self.standby = False
+            for _ in range(self.spare_count() - len(self.spares)):
+                self.spawn_spare()
         if len(self.dying) > 2 or self.memory_held_by_dying():
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
         cand = self.take_candidate()
@@ -1222,6 +1230,8 @@ def main():
     ap.add_argument("--trial-timeout", type=float, default=60)
     ap.add_argument("--gpu-lock", default="", help="the GPU's gate file, shared by its lanes' judges")
     ap.add_argument("--lanes", type=int, default=1, help="judges sharing this GPU")
+    ap.add_argument("--standby", action="store_true",
+                    help="no candidate process before the first candidate (a lane judging only while the others are held up)")
     ap.add_argument("--timing-gate", default="", help="timing waits while this file exists (a trainer's own work runs)")
     args = ap.parse_args()
     out = os.fdopen(os.dup(1), "w", buffering=1)

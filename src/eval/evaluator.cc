@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <list>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -67,6 +68,7 @@ struct Evaluator::Impl {
     auto e = judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir, opts.sandbox ? opts.sandbox_exe : "",
                            opts.spares, lane, default_lanes(opts.device, opts.lanes));
     e.timing_gate = gate;
+    e.standby = lane > 0 && opts.stagger_lanes;
     return e;
   }
 
@@ -93,14 +95,38 @@ struct Evaluator::Impl {
     return true;
   }
 
-  std::optional<Item> take_ready() {
+  // Standby lanes. Each candidate process is fresh and creates its own CUDA context, and on the
+  // H100 contexts created beside other processes' work slowed that work down: with four lanes
+  // judging the small set's tiny kernels, correctness trials took 0.4-1 s against 0.04 s with
+  // one lane alone, and the set took longer than one lane took per candidate. So a GPU's later
+  // lanes start their judges (once the first is ready) but lane k takes a candidate only while
+  // every lane before it holds one it took more than opts.standby_after_s ago: a hanging or
+  // slow candidate, or a problem large enough that correctness trials side by side pay.
+  std::map<std::pair<int, int>, Clock::time_point> busy_since;  // (gpu, lane) -> took its item at
+
+  bool may_work(int gpu, int lane) const {  // under mu
+    if (!opts.stagger_lanes) return true;
+    const auto now = Clock::now();
+    for (int j = 0; j < lane; ++j) {
+      auto b = busy_since.find({gpu, j});
+      if (b == busy_since.end() || now - b->second < std::chrono::duration<double>(opts.standby_after_s))
+        return false;
+    }
+    return true;
+  }
+
+  std::optional<Item> take_ready(int gpu, int lane) {
     std::unique_lock lk(mu);
     while (true) {
-      for (auto it = pending.begin(); it != pending.end(); ++it) {
+      bool may = false;
+      for (const auto& it : pending) may |= may_take(it);
+      if (may && !may_work(gpu, lane)) may = false;
+      for (auto it = pending.begin(); may && it != pending.end(); ++it) {
         if (may_take(*it)) {
           Item item = std::move(*it);
           pending.erase(it);
           ++executing;
+          busy_since[{gpu, lane}] = Clock::now();
           return item;
         }
       }
@@ -129,15 +155,30 @@ struct Evaluator::Impl {
     first_cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
   }
 
+  // A later lane starts its judge only while candidates are queued: a run of one candidate
+  // (taken by the first lane) ends without waiting for judges nobody needed.
+  bool await_queued() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
+    std::unique_lock lk(mu);
+    while (pending.empty()) {
+      if (stop) return false;
+      cv.wait_for(lk, std::chrono::milliseconds(20));
+    }
+    return true;
+  }
+
   void gpu_loop(int gpu, int lane) {
     GpuRunner runner(executor_options(gpu, lane));
     // The judge starts while the first candidates compile (a compile-only job never uses it).
     if (!cfg.compile_only) {
-      if (lane > 0 && opts.stagger_lanes) await_first_lane(gpu);
+      if (lane > 0 && opts.stagger_lanes) {
+        await_first_lane(gpu);
+        if (!await_queued()) return;  // the run ended with nothing left for this lane
+      }
       runner.warm_up();
       if (lane == 0) first_lane_ready(gpu);
     }
-    while (auto item = take_ready()) {
+    while (auto item = take_ready(gpu, lane)) {
       Item& it = *item;
       EvalResult& r = it.prep.result;
       CompileOutcome co;
@@ -158,11 +199,13 @@ struct Evaluator::Impl {
         std::lock_guard lk(mu);
         pending.push_back(std::move(it));
         --executing;
+        busy_since.erase({gpu, lane});
         continue;
       }
       finish(it);
       std::lock_guard lk(mu);
       --executing;
+      busy_since.erase({gpu, lane});
     }
   }
 

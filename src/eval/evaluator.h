@@ -29,7 +29,8 @@ struct EvaluatorOptions {
   int lanes = 0;                // judges per GPU (0: 1 on cpu, 4 on cuda): correctness trials
                                 // of several candidates at once, timing alone (lanes.py)
   bool stagger_lanes = true;    // a GPU's later lanes start their judges once its first is ready
-                                // (MUSACODER_STAGGER_LANES=0: all at once)
+                                // (MUSACODER_STAGGER_LANES=0: all at once, all judging)
+  double standby_after_s = 2.0;  // lane k judges while lanes 0..k-1 each hold a candidate this long
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
 };

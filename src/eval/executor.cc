@@ -70,6 +70,7 @@ void Executor::start() {
   if (!opts_.gpu_lock.empty()) {
     o.argv.insert(o.argv.end(), {"--gpu-lock", opts_.gpu_lock, "--lanes", std::to_string(opts_.lanes)});
   }
+  if (opts_.standby) o.argv.push_back("--standby");
   if (!opts_.timing_gate.empty()) {
     o.argv.push_back("--timing-gate");
     o.argv.push_back(opts_.timing_gate);

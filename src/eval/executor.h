@@ -29,6 +29,9 @@ struct ExecutorOptions {
   // number of lanes, which divides the free memory a judge plans with.
   std::string gpu_lock;
   int lanes = 1;
+  // A standby judge starts no candidate process until its first request (a lane that is
+  // started but judges only while the GPU's working lanes are all held up; evaluator.cc).
+  bool standby = false;
 };
 
 // The device CUDA calls `gpu` in this process, as the judge's CUDA_VISIBLE_DEVICES: the

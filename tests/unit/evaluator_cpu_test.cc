@@ -389,6 +389,36 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
   EXPECT_GE(limit, 20.0);
 }
 
+// A later lane is started but stands by while the first keeps up (fresh candidate processes
+// beside other lanes' work slowed tiny kernels' judging on the H100): here it never judges.
+TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
+  ProblemPtr add = case_problem("1_Add");
+  std::vector<Candidate> cands;
+  for (int i = 0; i < 3; ++i) {
+    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+    c.sample_id = "add_" + std::to_string(i);
+    cands.push_back(c);
+  }
+  EvalConfig cfg;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  o.standby_after_s = 600;
+  {
+    Evaluator ev(cfg, o);
+    for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
+  }
+  auto count_evals = [](const mc::fs::path& log) {
+    int n = 0;
+    std::ifstream f(log);
+    for (std::string line; std::getline(f, line);) n += line.find(" eval ") != std::string::npos;
+    return n;
+  };
+  const mc::fs::path scratch = o.scratch_dir;
+  EXPECT_EQ(count_evals(scratch / "gpu0" / "judge.log"), 3);
+  EXPECT_EQ(count_evals(scratch / "gpu0-lane1" / "judge.log"), 0);
+}
+
 // A trial that runs out of its limit while the device is shared is no verdict (beside other lanes
 // an honest candidate can be slowed past it): the candidate is judged again alone, and only there
 // does the limit decide. Here nothing waits to time, so it is the limit, not a preemption, that
