@@ -155,8 +155,7 @@ class Judge:
         # standby judge (a lane that judges only while the GPU's others are held up) starts
         # them at its first candidate instead: contexts created meanwhile would slow the other
         # lanes' work.
-        self.standby = bool(getattr(args, "standby", False))
-        for _ in range(0 if self.standby else self.spare_count()):
+        for _ in range(0 if getattr(args, "standby", False) else self.spare_count()):
             self.spawn_spare()
         self.startup_s["spares_requested"] = time.monotonic() - t0
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -371,9 +370,8 @@ class Judge:
         # CUDA context, beside every other lane's) held the gate shared for up to 2 s on the
         # H100 with nothing on the GPU, and a lane waiting to time waited for it.
         t0 = time.monotonic()
-        if self.standby or not self.spares:  # first candidate of a standby lane
-            self.standby = False
-            for _ in range(self.spare_count() - len(self.spares)):
+        if not self.spares:  # a standby judge's first candidate
+            for _ in range(self.spare_count()):
                 self.spawn_spare()
         if len(self.dying) > 2 or self.memory_held_by_dying():
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs

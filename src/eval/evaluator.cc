@@ -59,10 +59,7 @@ struct Evaluator::Impl {
   std::string gate;  // the timing gate file ("" : none)
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
-  // GPUs whose first lane's judge is ready (or failed to start): their other lanes may start.
-  std::mutex first_mu;
-  std::condition_variable first_cv;
-  std::set<int> first_ready;
+  std::set<int> first_ready;  // GPUs whose first lane's judge is ready (or failed to start); under mu
 
   ExecutorOptions executor_options(int gpu, int lane = 0) const {
     auto e = judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir, opts.sandbox ? opts.sandbox_exe : "",
@@ -118,9 +115,7 @@ struct Evaluator::Impl {
   std::optional<Item> take_ready(int gpu, int lane) {
     std::unique_lock lk(mu);
     while (true) {
-      bool may = false;
-      for (const auto& it : pending) may |= may_take(it);
-      if (may && !may_work(gpu, lane)) may = false;
+      const bool may = may_work(gpu, lane);
       for (auto it = pending.begin(); may && it != pending.end(); ++it) {
         if (may_take(*it)) {
           Item item = std::move(*it);
@@ -144,22 +139,21 @@ struct Evaluator::Impl {
 
   void first_lane_ready(int gpu) {
     {
-      std::lock_guard lk(first_mu);
+      std::lock_guard lk(mu);
       first_ready.insert(gpu);
     }
-    first_cv.notify_all();
+    cv.notify_all();
   }
 
-  void await_first_lane(int gpu) {
-    std::unique_lock lk(first_mu);
-    first_cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
-  }
-
-  // A later lane starts its judge only while candidates are queued: a run of one candidate
-  // (taken by the first lane) ends without waiting for judges nobody needed.
-  bool await_queued() {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
+  // A later lane starts its judge once the GPU's first is ready, and only while candidates are
+  // queued: a run of one candidate (taken by the first lane) ends without waiting for judges
+  // nobody needed. False: the run ended with nothing left for this lane.
+  bool await_start(int gpu) {
     std::unique_lock lk(mu);
+    cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
+    lk.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
+    lk.lock();
     while (pending.empty()) {
       if (stop) return false;
       cv.wait_for(lk, std::chrono::milliseconds(20));
@@ -171,10 +165,7 @@ struct Evaluator::Impl {
     GpuRunner runner(executor_options(gpu, lane));
     // The judge starts while the first candidates compile (a compile-only job never uses it).
     if (!cfg.compile_only) {
-      if (lane > 0 && opts.stagger_lanes) {
-        await_first_lane(gpu);
-        if (!await_queued()) return;  // the run ended with nothing left for this lane
-      }
+      if (lane > 0 && opts.stagger_lanes && !await_start(gpu)) return;
       runner.warm_up();
       if (lane == 0) first_lane_ready(gpu);
     }

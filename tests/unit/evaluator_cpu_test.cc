@@ -37,6 +37,17 @@ EvaluatorOptions cpu_options() {
   return o;
 }
 
+// n honest candidates for `add` (tests/cases/cpu/honest_add.py), sample ids add_0, add_1, ...
+std::vector<Candidate> honest_adds(const ProblemPtr& add, int n) {
+  std::vector<Candidate> out;
+  for (int i = 0; i < n; ++i) {
+    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+    c.sample_id = "add_" + std::to_string(i);
+    out.push_back(c);
+  }
+  return out;
+}
+
 struct CaseRun {
   std::vector<Candidate> cands;
   std::vector<std::string> expect;
@@ -311,12 +322,7 @@ TEST(Executor, GpuIndicesFollowCudaVisibleDevices) {
 // instead of pausing them; honest verdicts and timings as with the default.
 TEST(EvaluatorCpu, TimingThatWaitsForStartingSparesStillJudges) {
   ProblemPtr add = case_problem("1_Add");
-  std::vector<Candidate> cands;
-  for (int i = 0; i < 4; ++i) {
-    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
-    c.sample_id = "add_" + std::to_string(i);
-    cands.push_back(c);
-  }
+  std::vector<Candidate> cands = honest_adds(add, 4);
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
   cfg.timing_budget_s = 0.1;
@@ -348,11 +354,7 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
   Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
   hang.sample_id = "hang";
   cands.push_back(hang);
-  for (int i = 0; i < 5; ++i) {
-    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
-    c.sample_id = "add_" + std::to_string(i);
-    cands.push_back(c);
-  }
+  for (auto& c : honest_adds(add, 5)) cands.push_back(c);
   EvalConfig cfg;
   cfg.trial_timeout_floor_s = 10;  // the hang's first trial: 2 x (10 s + 200 x the reference)
   cfg.trial_timeout_s = 40;
@@ -393,12 +395,7 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
 // beside other lanes' work slowed tiny kernels' judging on the H100): here it never judges.
 TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
   ProblemPtr add = case_problem("1_Add");
-  std::vector<Candidate> cands;
-  for (int i = 0; i < 3; ++i) {
-    Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
-    c.sample_id = "add_" + std::to_string(i);
-    cands.push_back(c);
-  }
+  std::vector<Candidate> cands = honest_adds(add, 3);
   EvalConfig cfg;
   cfg.timing_budget_s = 0.1;
   EvaluatorOptions o = cpu_options();
