@@ -310,11 +310,12 @@ def do_bench_check(items, builds):
     return out
 
 
-def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir):
+def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir, configs=()):
     """The warm run again with one hanging candidate among the others (first in the queue, the
     worst place), with lanes and with one judge per GPU (--lanes 1, the old behaviour). The
     others' wall time is when the last of their rows was final (rows carry wall_s from
-    submission, and `musacoder eval` submits every candidate at once)."""
+    submission, and `musacoder eval` submits every candidate at once). `configs` ("label: flags
+    NAME=VALUE", as --configs): one more hang run under each."""
     hang_src = open(os.path.join(SET["honest"], "hang.py")).read()
     hang_item = ("hang", header(os.path.join(SET["honest"], "hang.py"), "problem"), hang_src)
 
@@ -323,8 +324,12 @@ def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir):
 
     out = {"without_hang": {"others_done_s": others_done(rows_warm), "wall_s": wall_warm,
                             "others_ok": sum(r["verdict"] == "ok" for r in rows_warm)}}
-    for tag, extra in (("hang_lanes", []), ("hang_one_judge", ["--lanes", "1"])):
-        rows, wall = run_musacoder(bin_, [hang_item] + items, cache, out_dir, tag, extra)
+    runs = [("hang_lanes", [], {}), ("hang_one_judge", ["--lanes", "1"], {})]
+    for k, text in enumerate(configs):
+        label, extra, env = parse_config(text)
+        runs.append((f"hang_cfg{k} ({label})", extra, env))
+    for tag, extra, env in runs:
+        rows, wall = run_musacoder(bin_, [hang_item] + items, cache, out_dir, tag.split()[0], extra, env)
         h = [r for r in rows if r["sample_id"] == "hang"]
         others = [r for r in rows if r["sample_id"] != "hang"]
         out[tag] = {"others_done_s": others_done(rows), "wall_s": wall,
@@ -337,7 +342,7 @@ def hang_check(bin_, items, rows_warm, wall_warm, cache, out_dir):
     print("\n| run | others final after (s) | growth vs no hang (s) | whole run (s) | others ok | hang verdict |")
     print("|---|---|---|---|---|---|")
     base = out["without_hang"]["others_done_s"]
-    for tag in ("without_hang", "hang_lanes", "hang_one_judge"):
+    for tag in ["without_hang"] + [r[0] for r in runs]:
         o = out[tag]
         print(f"| {tag} | {o['others_done_s']:.1f} | {o['others_done_s'] - base:+.1f} | {o['wall_s']:.1f} | "
               f"{o['others_ok']}/{len(items)} | {o.get('hang_verdict', '-')} |")
@@ -422,6 +427,9 @@ def main():
                     help="before the main runs: cold and warm runs under each configuration, separated by '|', "
                          "each 'label: eval flags and NAME=VALUE settings' (e.g. 'one judge: --lanes 1'); default "
                          "$BENCH_CONFIGS (gpu-check.sh splits BENCH_ARGS at spaces)")
+    ap.add_argument("--hang-configs", default=os.environ.get("BENCH_HANG_CONFIGS", ""),
+                    help="with --hang: one more hang run under each configuration ('|'-separated, as --configs); "
+                         "default $BENCH_HANG_CONFIGS")
     args = ap.parse_args()
     if args.quiesce:
         os.environ["MUSACODER_TIMING_QUIESCE"] = args.quiesce
@@ -462,7 +470,8 @@ def main():
     if args.quiesce_ab:
         res["quiesce_ab"] = quiesce_ab(args.musacoder, items, rows_w, wall_warm, cache, args.out)
     if args.hang:
-        res["hang"] = hang_check(args.musacoder, items, rows_w, wall_warm, cache, args.out)
+        res["hang"] = hang_check(args.musacoder, items, rows_w, wall_warm, cache, args.out,
+                                 [c for c in args.hang_configs.split("|") if c.strip()])
     if args.only_mooreeval:
         json.dump(res, open(os.path.join(args.out, "bench.json"), "w"), indent=1)
         return

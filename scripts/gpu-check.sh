@@ -102,7 +102,8 @@ for stage in $STAGES; do
       # BENCH_ARGS, e.g. "--set kb-level1 --variants 5 --hang" (KernelBench's real level-1 files
       # at published sizes, from .kb/bench, and what one hanging candidate costs the others).
       # Several runs separated by ";": the first writes $OUT/bench, the next $OUT/bench-2, ...
-      # BENCH_CONFIGS="label: flags and NAME=VALUE | ...": kernelbench_compare.py --configs (arguments here split at spaces).
+      # BENCH_CONFIGS="label: flags and NAME=VALUE | ...": kernelbench_compare.py --configs (arguments here split at spaces);
+      # BENCH_CONFIGS_N for the Nth run alone (BENCH_CONFIGS_2= : none for the second). BENCH_HANG_CONFIGS: --hang-configs.
       n=0
       IFS=';' read -ra runs <<< "${BENCH_ARGS:-}"
       [ ${#runs[@]} -eq 0 ] && runs=("")
@@ -111,7 +112,9 @@ for stage in $STAGES; do
         echo "bench$sfx: $args"
         mkdir -p "$OUT/bench$sfx"
         # shellcheck disable=SC2086
-        BIN=$BIN OUT=$OUT/bench$sfx.d bash bench/run_bench.sh $args 2>&1 | tee "$OUT/bench$sfx.log" || rc=1
+        cv="BENCH_CONFIGS_$n"
+        BENCH_CONFIGS="${!cv-${BENCH_CONFIGS:-}}" BIN=$BIN OUT=$OUT/bench$sfx.d bash bench/run_bench.sh $args 2>&1 \
+          | tee "$OUT/bench$sfx.log" || rc=1
         if [ -d "$OUT/bench$sfx.d/bench" ]; then rm -rf "$OUT/bench$sfx"; mv "$OUT/bench$sfx.d/bench" "$OUT/bench$sfx"; fi
         rm -rf "$OUT/bench$sfx.d"
       done ;;

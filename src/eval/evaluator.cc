@@ -132,9 +132,13 @@ struct Evaluator::Impl {
 
   // Every judge imports torch and its zygote does too, then each spare creates a CUDA context,
   // beside the compiles: on the H100 a cold `musacoder eval` with four lanes had its first
-  // judge ready at 7 s, against 3.4 s for one judge. The first lane starts alone and judges
-  // meanwhile; the others start once it is ready. (A later lane that must wait longer than
-  // kFirstLaneWait starts anyway.)
+  // judge ready at 7 s, against 3.4 s for one judge. So the first lane starts at once and
+  // judges meanwhile; opts.early_standby standby lanes start with it (a standby judge starts
+  // no candidate process, so it costs the first one little: two imports of torch), so that
+  // one is ready to step in when the first candidate hangs. Started only once the first was
+  // ready, the standby took 5 s more to be ready and a hang cost the others +5.2 s on an H100
+  // (session 30). The others start once the first is ready. (A later lane that must wait
+  // longer than kFirstLaneWait starts anyway.)
   static constexpr std::chrono::seconds kFirstLaneWait{300};
 
   void first_lane_ready(int gpu) {
@@ -145,16 +149,19 @@ struct Evaluator::Impl {
     cv.notify_all();
   }
 
-  // A later lane starts its judge once the GPU's first is ready, and only while candidates are
-  // queued: a run of one candidate (taken by the first lane) ends without waiting for judges
-  // nobody needed. False: the run ended with nothing left for this lane.
-  bool await_start(int gpu) {
+  // A later lane starts its judge once the GPU's first is ready (an early standby lane: at
+  // once), and only while candidates are queued: a run of one candidate (taken by the first
+  // lane) ends without waiting for judges nobody needed. False: the run ended with nothing
+  // left for this lane.
+  bool await_start(int gpu, int lane) {
     std::unique_lock lk(mu);
-    cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
-    lk.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
-    lk.lock();
-    while (pending.empty()) {
+    if (lane > opts.early_standby) {
+      cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
+      lk.unlock();
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
+      lk.lock();
+    }
+    while (pending.size() < (lane > opts.early_standby ? 1u : 2u)) {
       if (stop) return false;
       cv.wait_for(lk, std::chrono::milliseconds(20));
     }
@@ -165,7 +172,7 @@ struct Evaluator::Impl {
     GpuRunner runner(executor_options(gpu, lane));
     // The judge starts while the first candidates compile (a compile-only job never uses it).
     if (!cfg.compile_only) {
-      if (lane > 0 && opts.stagger_lanes && !await_start(gpu)) return;
+      if (lane > 0 && opts.stagger_lanes && !await_start(gpu, lane)) return;
       runner.warm_up();
       if (lane == 0) first_lane_ready(gpu);
     }
@@ -222,6 +229,12 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   impl_->opts.scratch_dir = fs::absolute(impl_->opts.scratch_dir).string();
   if (const char* v = std::getenv("MUSACODER_STAGGER_LANES"); v && std::string(v) == "0")
     impl_->opts.stagger_lanes = false;
+  if (const char* v = std::getenv("MUSACODER_EARLY_STANDBY"); v && *v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    MC_CHECK(*end == '\0' && n >= 0, "MUSACODER_EARLY_STANDBY=", v, ": want a count of lanes (0 or more)");
+    impl_->opts.early_standby = static_cast<int>(n);
+  }
   if (impl_->opts.timing_gate) {
     // One gate per evaluator (several runs may share a cache folder).
     fs::create_directories(impl_->opts.scratch_dir);

@@ -31,6 +31,9 @@ struct EvaluatorOptions {
   bool stagger_lanes = true;    // a GPU's later lanes start their judges once its first is ready
                                 // (MUSACODER_STAGGER_LANES=0: all at once, all judging)
   double standby_after_s = 2.0;  // lane k judges while lanes 0..k-1 each hold a candidate this long
+  int early_standby = 1;        // standby lanes that start with the first, not once it is ready: one
+                                // is ready to step in when the first candidate hangs
+                                // (MUSACODER_EARLY_STANDBY=N overrides)
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
 };

@@ -26,6 +26,17 @@ def landlock_available():
     return p.stdout.strip() == "ok"
 
 
+def test_the_zygote_preloads_what_load_inline_imports_without_asking_the_driver():
+    """torch.utils.cpp_extension itself asks the driver (children could not use CUDA), so the
+    zygote leaves it to each child but imports what it imports (setuptools: most of its time)."""
+    p = subprocess.run([sys.executable, "-c", "import sys; from musacoder_harness.zygote import warm_imports, "
+                        "fork_is_poisoned; warm_imports(); print('setuptools.command.build_ext' in sys.modules, "
+                        "'torch.utils.cpp_extension' in sys.modules, fork_is_poisoned())"],
+                       capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=HARNESS))
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split() == ["True", "False", "False"], p.stdout + p.stderr[-2000:]
+
+
 def test_forked_candidate_serves_the_judge_and_its_death_is_reported(zygote, tmp_path):
     c = ForkedCandidateProc(zygote, str(tmp_path / "cand-1"), 120)
     ready = c.wait_ready(120)

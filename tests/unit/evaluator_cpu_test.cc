@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <future>
 #include <sstream>
@@ -414,6 +415,43 @@ TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
   const mc::fs::path scratch = o.scratch_dir;
   EXPECT_EQ(count_evals(scratch / "gpu0" / "judge.log"), 3);
   EXPECT_EQ(count_evals(scratch / "gpu0-lane1" / "judge.log"), 0);
+}
+
+// One standby lane starts with the first (so that it is ready when the first candidate hangs);
+// the others start once the first judge is ready. Times from each judge.log's "ready (started
+// S)" line, on the wall clock the judges share.
+TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheOthersAfterIt) {
+  ProblemPtr add = case_problem("1_Add");
+  std::vector<Candidate> cands = honest_adds(add, 6);
+  EvalConfig cfg;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 3;
+  o.early_standby = 1;
+  o.standby_after_s = 600;
+  {
+    Evaluator ev(cfg, o);
+    for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
+  }
+  struct Start {
+    double started = -1, ready = -1;
+  };
+  auto start_of = [](const mc::fs::path& log) {
+    Start s;
+    std::ifstream f(log);
+    for (std::string line; std::getline(f, line);)
+      if (std::sscanf(line.c_str(), "judge: at %lf ready (started %lf)", &s.ready, &s.started) == 2) break;
+    return s;
+  };
+  const mc::fs::path scratch = o.scratch_dir;
+  const Start first = start_of(scratch / "gpu0" / "judge.log");
+  const Start early = start_of(scratch / "gpu0-lane1" / "judge.log");
+  const Start late = start_of(scratch / "gpu0-lane2" / "judge.log");
+  ASSERT_GT(first.ready, 0) << "no ready line in the first lane's judge.log";
+  ASSERT_GT(early.started, 0) << "the early standby lane never started";
+  ASSERT_GT(late.started, 0) << "the third lane never started";
+  EXPECT_LT(early.started, first.ready) << "the early standby waited for the first judge";
+  EXPECT_GE(late.started, first.ready) << "a later lane started before the first judge was ready";
 }
 
 // A trial that runs out of its limit while the device is shared is no verdict (beside other lanes
