@@ -59,7 +59,6 @@ struct Evaluator::Impl {
   std::string gate;  // the timing gate file ("" : none)
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
-  std::set<int> first_ready;  // GPUs whose first lane's judge is ready (or failed to start); under mu
 
   ExecutorOptions executor_options(int gpu, int lane = 0) const {
     auto e = judge_options(tc, opts.device, gpu, opts.cache_dir, opts.scratch_dir, opts.sandbox ? opts.sandbox_exe : "",
@@ -122,6 +121,7 @@ struct Evaluator::Impl {
           pending.erase(it);
           ++executing;
           busy_since[{gpu, lane}] = Clock::now();
+          if (lane > 0 && engaged.insert({gpu, lane}).second) cv.notify_all();  // the next lane may start
           return item;
         }
       }
@@ -133,33 +133,43 @@ struct Evaluator::Impl {
   // Every judge imports torch and its zygote does too, then each spare creates a CUDA context,
   // beside the compiles: on the H100 a cold `musacoder eval` with four lanes had its first
   // judge ready at 7 s, against 3.4 s for one judge. So the first lane starts at once and
-  // judges meanwhile; opts.early_standby standby lanes start with it (a standby judge starts
-  // no candidate process, so it costs the first one little: two imports of torch), so that
-  // one is ready to step in when the first candidate hangs. Started only once the first was
-  // ready, the standby took 5 s more to be ready and a hang cost the others +5.2 s on an H100
-  // (session 30). The others start once the first is ready. (A later lane that must wait
-  // longer than kFirstLaneWait starts anyway.)
+  // judges meanwhile, and the others start in a chain, each once it may be needed:
+  // - opts.early_standby standby lanes start with the first (a standby judge starts no
+  //   candidate process, so it costs the first one little: two imports of torch), so that one
+  //   is ready to step in when the first candidate hangs. Started only once the first was
+  //   ready, the standby took 5 s more to be ready, and a hang cost the others +6.0 s against
+  //   +3.6 s started with the first (H100, session 31).
+  // - Lane k after those starts once lane k-1 has taken a candidate: it may judge only while
+  //   every lane before it holds one (may_work). Started as soon as the first was ready, two
+  //   lanes that never judged slowed the first one's judging of the small set's tiny kernels
+  //   (cold 13.7 s against 12.4 s with one judge, H100, session 31).
+  //   The first lane counts once its judge is ready (or after kFirstLaneWait, if it never is).
   static constexpr std::chrono::seconds kFirstLaneWait{300};
+  std::set<std::pair<int, int>> engaged;  // (gpu, lane): the first lane ready, a later one has taken a candidate; under mu
 
   void first_lane_ready(int gpu) {
     {
       std::lock_guard lk(mu);
-      first_ready.insert(gpu);
+      engaged.insert({gpu, 0});
     }
     cv.notify_all();
   }
 
-  // A later lane starts its judge once the GPU's first is ready (an early standby lane: at
-  // once), and only while candidates are queued: a run of one candidate (taken by the first
-  // lane) ends without waiting for judges nobody needed. False: the run ended with nothing
-  // left for this lane.
+  // Waits until this lane's judge may start, and only while candidates are queued: a run of
+  // one candidate (taken by the first lane) ends without waiting for judges nobody needed.
+  // False: the run ended with nothing left for this lane.
   bool await_start(int gpu, int lane) {
     std::unique_lock lk(mu);
     if (lane > opts.early_standby) {
-      cv.wait_for(lk, kFirstLaneWait, [&] { return first_ready.count(gpu) > 0; });
-      lk.unlock();
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
-      lk.lock();
+      if (lane == 1) {
+        cv.wait_for(lk, kFirstLaneWait, [&] { return stop || engaged.count({gpu, 0}) > 0; });
+        lk.unlock();
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the first lane takes its first
+        lk.lock();
+      } else {
+        cv.wait(lk, [&] { return stop || engaged.count({gpu, lane - 1}) > 0; });
+        if (stop) return false;
+      }
     }
     while (pending.size() < (lane > opts.early_standby ? 1u : 2u)) {
       if (stop) return false;

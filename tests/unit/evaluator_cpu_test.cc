@@ -418,9 +418,20 @@ TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
 }
 
 // One standby lane starts with the first (so that it is ready when the first candidate hangs);
-// the others start once the first judge is ready. Times from each judge.log's "ready (started
-// S)" line, on the wall clock the judges share.
-TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheOthersAfterIt) {
+// a lane after it starts only once the lane before it has taken a candidate. Times from each
+// judge.log's "ready (started S)" line, on the wall clock the judges share.
+struct JudgeStart {
+  double started = -1, ready = -1;
+};
+JudgeStart judge_start(const mc::fs::path& log) {
+  JudgeStart s;
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);)
+    if (std::sscanf(line.c_str(), "judge: at %lf ready (started %lf)", &s.ready, &s.started) == 2) break;
+  return s;
+}
+
+TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheNextOnlyOnceItJudges) {
   ProblemPtr add = case_problem("1_Add");
   std::vector<Candidate> cands = honest_adds(add, 6);
   EvalConfig cfg;
@@ -428,30 +439,52 @@ TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheOthersAfterIt) {
   EvaluatorOptions o = cpu_options();
   o.lanes = 3;
   o.early_standby = 1;
-  o.standby_after_s = 600;
+  o.standby_after_s = 600;  // the standby never judges here
   {
     Evaluator ev(cfg, o);
     for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
   }
-  struct Start {
-    double started = -1, ready = -1;
-  };
-  auto start_of = [](const mc::fs::path& log) {
-    Start s;
-    std::ifstream f(log);
-    for (std::string line; std::getline(f, line);)
-      if (std::sscanf(line.c_str(), "judge: at %lf ready (started %lf)", &s.ready, &s.started) == 2) break;
-    return s;
-  };
   const mc::fs::path scratch = o.scratch_dir;
-  const Start first = start_of(scratch / "gpu0" / "judge.log");
-  const Start early = start_of(scratch / "gpu0-lane1" / "judge.log");
-  const Start late = start_of(scratch / "gpu0-lane2" / "judge.log");
+  const JudgeStart first = judge_start(scratch / "gpu0" / "judge.log");
+  const JudgeStart early = judge_start(scratch / "gpu0-lane1" / "judge.log");
   ASSERT_GT(first.ready, 0) << "no ready line in the first lane's judge.log";
   ASSERT_GT(early.started, 0) << "the early standby lane never started";
-  ASSERT_GT(late.started, 0) << "the third lane never started";
   EXPECT_LT(early.started, first.ready) << "the early standby waited for the first judge";
-  EXPECT_GE(late.started, first.ready) << "a later lane started before the first judge was ready";
+  EXPECT_FALSE(mc::fs::exists(scratch / "gpu0-lane2" / "judge.log"))
+      << "the third lane started though the second never took a candidate";
+}
+
+// With a hang in the first lane, the standby steps in, and the lane after it starts then.
+TEST(EvaluatorCpu, NextLaneStartsOnceTheStandbyJudges) {
+  ProblemPtr add = case_problem("1_Add");
+  std::vector<Candidate> cands;
+  Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
+  hang.sample_id = "hang";
+  cands.push_back(hang);
+  for (auto& c : honest_adds(add, 4)) cands.push_back(c);
+  EvalConfig cfg;
+  cfg.trial_timeout_floor_s = 4;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 3;
+  o.standby_after_s = 0.5;
+  {
+    Evaluator ev(cfg, o);
+    for (const auto& r : ev.run(cands))
+      EXPECT_EQ(r.verdict, r.sample_id == "hang" ? Verdict::kTimeout : Verdict::kOk) << r.sample_id << ": " << r.reason;
+  }
+  const mc::fs::path scratch = o.scratch_dir;
+  const JudgeStart first = judge_start(scratch / "gpu0" / "judge.log");
+  const JudgeStart third = judge_start(scratch / "gpu0-lane2" / "judge.log");
+  ASSERT_GT(third.started, 0) << "the third lane never started";
+  std::ifstream f(scratch / "gpu0-lane1" / "judge.log");
+  double first_eval = -1;
+  for (std::string line; std::getline(f, line);)
+    if (line.find(" eval ") != std::string::npos && std::sscanf(line.c_str(), "judge: at %lf", &first_eval) == 1) break;
+  ASSERT_GT(first_eval, 0) << "the standby never judged";
+  EXPECT_GT(third.started, first.ready);
+  EXPECT_LT(third.started, first_eval) << "started only after the standby finished its first (want: when it took it)";
 }
 
 // A trial that runs out of its limit while the device is shared is no verdict (beside other lanes
