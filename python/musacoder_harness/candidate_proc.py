@@ -10,6 +10,19 @@ import time
 from . import protocol
 
 
+# How long pause() waits for its SIGSTOP to take effect before it returns anyway.
+PAUSE_CONFIRM_S = 0.5
+
+
+def _stopped(pid):
+    """Whether the process is stopped (or gone), from /proc/PID/stat."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t", "Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
 class CandidateCrashed(Exception):
     def __init__(self, how, log_tail):
         super().__init__(how)
@@ -153,6 +166,18 @@ class CandidateProc:
         except OSError:
             return False  # gone: dealt with when taken
         self.paused = True
+        # The signal is delivered asynchronously: until the processes we know of show as stopped,
+        # they may still run (on a loaded host, for milliseconds; a test read "R" right after).
+        pids = {self.leader()}
+        pid = self.ready.get("pid") if isinstance(self.ready, dict) else None
+        try:
+            if isinstance(pid, int) and os.getpgid(pid) == self.leader():  # the candidate itself, in this group
+                pids.add(pid)
+        except OSError:
+            pass
+        deadline = time.monotonic() + PAUSE_CONFIRM_S
+        while not all(_stopped(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.001)
         return True
 
     def resume(self):
