@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, and rft-small / rl-small / recipe take several slices, bench-model needs the small model, eval needs
+#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
@@ -144,6 +144,11 @@ for stage in $STAGES; do
       "$BIN" plot "$OUT/train/work/ours" --out "$OUT/train/sft_curves.svg" >/dev/null 2>&1 || true
       cp "$OUT/train/work/ours/metrics.jsonl" "$OUT/train/metrics.jsonl" 2>/dev/null
       rm -rf "$OUT/train/work" ;;
+    determinism)
+      # train sft --deterministic: two runs alike bit for bit, and what it costs (two plain runs beside them).
+      python3 bench/sft_determinism.py --musacoder "$BIN" --out "$OUT/determinism" ${DETERMINISM_ARGS:-} 2>&1 \
+        | tee "$OUT/determinism.log" || rc=1
+      rm -rf "$OUT/determinism/work" ;;
     train-dp)
       # NCCL data parallelism: the same SFT run on 1 GPU and on every GPU of the machine.
       n=$(nvidia-smi -L | wc -l)

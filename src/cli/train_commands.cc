@@ -66,6 +66,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--eval-every", o.eval_every, "evaluate every N steps (0: never)")->capture_default_str();
   s->add_flag("--resume", o.resume, "continue from the newest checkpoint in --out");
   s->add_option("--seed", o.seed, "data order")->capture_default_str();
+  s->add_flag("--deterministic", o.deterministic,
+              "libtorch's deterministic kernels (flash attention's backward without atomics, a fixed cuBLAS workspace): "
+              "the same data, seed and GPU give the same weights");
   s->add_option("--device", o.device, "auto (cuda:LOCAL_RANK if CUDA, else cpu), cpu, cuda:N")->capture_default_str();
   s->add_option("--dtype", o.dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp32")->capture_default_str();
   s->add_option("--bucket-mb", m.bucket_mb, "gradient bucket size for overlapped reduction (MB of fp32)")->capture_default_str();

@@ -19,6 +19,7 @@
 #include "train/batching.h"
 #include "train/checkpoint.h"
 #include "train/dataset.h"
+#include "train/determinism.h"
 #include "train/distributed.h"
 #include "train/loss.h"
 #include "train/metrics.h"
@@ -89,8 +90,13 @@ SftResult run_sft(const SftOptions& o) {
   MC_CHECK(fs::is_regular_file(fs::path(o.model_dir) / "tokenizer.json"), "--model ", o.model_dir,
            " has no tokenizer.json (training renders chat data with the model's own tokenizer)");
   DistEnv env = dist_env_from_environment();
-  c10::Device device = model::parse_device(o.device, env.local_rank);
   const bool main = env.rank == 0;
+  // Before any CUDA work: cuBLAS reads its workspace setting when its handle is created.
+  if (o.deterministic) {
+    const std::string what = use_deterministic_algorithms();
+    if (main) fmt::print(stderr, "sft: {}\n", what);
+  }
+  c10::Device device = model::parse_device(o.device, env.local_rank);
   check_writable(o.out_dir);
   std::optional<CheckpointInfo> ckpt;
   if (o.resume) {

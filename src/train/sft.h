@@ -28,6 +28,7 @@ struct SftOptions {
   int64_t save_every = 0, keep_last = 3, eval_every = 0;
   bool resume = false;
   uint64_t seed = 0;
+  bool deterministic = false;  // libtorch's deterministic kernels (train/determinism.h)
   std::string device = "auto", dtype = "auto";
   double peak_tflops = 0;  // for MFU; 0: from the device name (H100/H200 989, A100 312)
   bool progress = true;

@@ -202,6 +202,11 @@ def test_packed_unpacked_and_checkpointed_layers_agree(setup, tmp_path):
     sft(models["qwen3"], data, tmp_path / "packed", *common)
     sft(models["qwen3"], data, tmp_path / "unpacked", *common, "--no-packing")
     sft(models["qwen3"], data, tmp_path / "ckpt", *common, "--grad-checkpoint")
+    # --deterministic (libtorch's deterministic kernels; what it changes is on the GPU) says so
+    # and trains the same steps.
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    r = sft(models["qwen3"], data, tmp_path / "det", *common, "--deterministic", env=env)
+    assert "sft: deterministic algorithms (CUBLAS_WORKSPACE_CONFIG=:4096:8)" in r.stderr, r.stderr
     packed = read_jsonl(tmp_path / "packed" / "metrics.jsonl")
     unpacked = read_jsonl(tmp_path / "unpacked" / "metrics.jsonl")
     assert packed[0]["micro_batches"] < unpacked[0]["micro_batches"]
@@ -213,6 +218,8 @@ def test_packed_unpacked_and_checkpointed_layers_agree(setup, tmp_path):
         # Recomputing each layer in backward gives the same gradients: the same weights.
         assert torch.equal(t, w["ckpt"][name]), name
     assert train_losses(tmp_path / "packed") == train_losses(tmp_path / "ckpt")
+    det = checkpoint_weights(tmp_path / "det", 2)
+    assert all(torch.equal(t, det[name]) for name, t in w["packed"].items())
 
 
 def test_killed_run_resumes_exactly(setup, tmp_path):
