@@ -392,6 +392,27 @@ TEST(EvaluatorCpu, HangingCandidateDoesNotHoldUpTheOthers) {
   EXPECT_GE(limit, 20.0);
 }
 
+// What a lane's judge.log says of it: when its judge started and was ready (its "ready (started
+// S)" line), and when each of its verdicts came ("eval" lines), on the wall clock the judges share.
+struct JudgeLog {
+  double started = -1, ready = -1;
+  std::vector<double> evals;
+};
+JudgeLog read_judge_log(const mc::fs::path& log) {
+  JudgeLog j;
+  std::ifstream f(log);
+  for (std::string line; std::getline(f, line);) {
+    double at = 0, started = 0;
+    if (std::sscanf(line.c_str(), "judge: at %lf ready (started %lf)", &at, &started) == 2 && j.ready < 0) {
+      j.ready = at;
+      j.started = started;
+    } else if (line.find(" eval ") != std::string::npos && std::sscanf(line.c_str(), "judge: at %lf", &at) == 1) {
+      j.evals.push_back(at);
+    }
+  }
+  return j;
+}
+
 // A later lane is started but stands by while the first keeps up (fresh candidate processes
 // beside other lanes' work slowed tiny kernels' judging on the H100): here it never judges.
 TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
@@ -406,31 +427,13 @@ TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
     Evaluator ev(cfg, o);
     for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
   }
-  auto count_evals = [](const mc::fs::path& log) {
-    int n = 0;
-    std::ifstream f(log);
-    for (std::string line; std::getline(f, line);) n += line.find(" eval ") != std::string::npos;
-    return n;
-  };
   const mc::fs::path scratch = o.scratch_dir;
-  EXPECT_EQ(count_evals(scratch / "gpu0" / "judge.log"), 3);
-  EXPECT_EQ(count_evals(scratch / "gpu0-lane1" / "judge.log"), 0);
+  EXPECT_EQ(read_judge_log(scratch / "gpu0" / "judge.log").evals.size(), 3u);
+  EXPECT_EQ(read_judge_log(scratch / "gpu0-lane1" / "judge.log").evals.size(), 0u);
 }
 
 // One standby lane starts with the first (so that it is ready when the first candidate hangs);
-// a lane after it starts only once the lane before it has taken a candidate. Times from each
-// judge.log's "ready (started S)" line, on the wall clock the judges share.
-struct JudgeStart {
-  double started = -1, ready = -1;
-};
-JudgeStart judge_start(const mc::fs::path& log) {
-  JudgeStart s;
-  std::ifstream f(log);
-  for (std::string line; std::getline(f, line);)
-    if (std::sscanf(line.c_str(), "judge: at %lf ready (started %lf)", &s.ready, &s.started) == 2) break;
-  return s;
-}
-
+// a lane after it starts only once the lane before it has taken a candidate.
 TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheNextOnlyOnceItJudges) {
   ProblemPtr add = case_problem("1_Add");
   std::vector<Candidate> cands = honest_adds(add, 6);
@@ -445,8 +448,8 @@ TEST(EvaluatorCpu, EarlyStandbyStartsWithTheFirstLaneAndTheNextOnlyOnceItJudges)
     for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
   }
   const mc::fs::path scratch = o.scratch_dir;
-  const JudgeStart first = judge_start(scratch / "gpu0" / "judge.log");
-  const JudgeStart early = judge_start(scratch / "gpu0-lane1" / "judge.log");
+  const JudgeLog first = read_judge_log(scratch / "gpu0" / "judge.log");
+  const JudgeLog early = read_judge_log(scratch / "gpu0-lane1" / "judge.log");
   ASSERT_GT(first.ready, 0) << "no ready line in the first lane's judge.log";
   ASSERT_GT(early.started, 0) << "the early standby lane never started";
   EXPECT_LT(early.started, first.ready) << "the early standby waited for the first judge";
@@ -475,16 +478,13 @@ TEST(EvaluatorCpu, NextLaneStartsOnceTheStandbyJudges) {
       EXPECT_EQ(r.verdict, r.sample_id == "hang" ? Verdict::kTimeout : Verdict::kOk) << r.sample_id << ": " << r.reason;
   }
   const mc::fs::path scratch = o.scratch_dir;
-  const JudgeStart first = judge_start(scratch / "gpu0" / "judge.log");
-  const JudgeStart third = judge_start(scratch / "gpu0-lane2" / "judge.log");
+  const JudgeLog first = read_judge_log(scratch / "gpu0" / "judge.log");
+  const JudgeLog standby = read_judge_log(scratch / "gpu0-lane1" / "judge.log");
+  const JudgeLog third = read_judge_log(scratch / "gpu0-lane2" / "judge.log");
   ASSERT_GT(third.started, 0) << "the third lane never started";
-  std::ifstream f(scratch / "gpu0-lane1" / "judge.log");
-  double first_eval = -1;
-  for (std::string line; std::getline(f, line);)
-    if (line.find(" eval ") != std::string::npos && std::sscanf(line.c_str(), "judge: at %lf", &first_eval) == 1) break;
-  ASSERT_GT(first_eval, 0) << "the standby never judged";
+  ASSERT_FALSE(standby.evals.empty()) << "the standby never judged";
   EXPECT_GT(third.started, first.ready);
-  EXPECT_LT(third.started, first_eval) << "started only after the standby finished its first (want: when it took it)";
+  EXPECT_LT(third.started, standby.evals.front()) << "started only after the standby finished its first (want: when it took it)";
 }
 
 // A trial that runs out of its limit while the device is shared is no verdict (beside other lanes
