@@ -277,11 +277,14 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       cp "$R/recipe-console.log" "$OUT/recipe.log"
       tail -30 "$OUT/recipe.log"
       # What comes back: the state, reports, curves, stage logs and training metrics (no
-      # checkpoints, no corpus).
+      # checkpoints, no corpus), and each checkpoint's weights hash (checkpoint-sha256.txt): two
+      # leases' runs with --set deterministic=--deterministic should name the same SFT model.
+      (cd "$R" && find . -path '*/checkpoints/*' -name '*.safetensors' -print0 2>/dev/null | sort -z \
+        | xargs -0 -r sha256sum > checkpoint-sha256.txt)
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
         report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json synth-r[l]/report.json tokenizer/tokenizer.json \
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
-        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv 2>/dev/null)
+        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv checkpoint-sha256.txt 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true ;;
     synth)
