@@ -13,6 +13,7 @@
 #       Teacher solutions are compile-checked, not run, and the eager-time band is lifted (CPU
 #       times are not GPU times), so the data differs slightly from a GPU synth (recipes/small,
 #       seed 1: 400 dataset rows against 389 verified on an H100); about 11 minutes on 2 cores.
+#       RECIPE_ARGS: more recipe options for the synth stage, e.g. "--set problems=1000".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what=${1:-}
@@ -48,7 +49,7 @@ case $what in
     [ -x "$bin" ] || { echo "recipe-seed: no $bin (bash scripts/build.sh, or BIN=...)" >&2; exit 2; }
     bash scripts/get-kernelbench.sh  # synth decontaminates against KernelBench
     MUSACODER_HOME=$PWD "$bin" recipe "${RECIPE:-recipes/small/recipe.toml}" --out "$run" --stages synth \
-      --set synth_verify=compile --set synth_device=cpu --set synth_max_eager_us=1e12
+      --set synth_verify=compile --set synth_device=cpu --set synth_max_eager_us=1e12 ${RECIPE_ARGS:-}
     pack "$run" "$out" ;;
   *)
     echo "usage: recipe-seed.sh pack RUN OUT.tgz | cpu [RUN] [OUT.tgz]" >&2

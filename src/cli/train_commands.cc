@@ -93,6 +93,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--keep-solved", r.keep_solved,
                 "bench-model's results.jsonl of the starting model on these problems: train only on those it solved at "
                 "turn 1 at least once there");
+  l->add_option("--keep-varied", r.keep_varied,
+                "the same results: train only on the problems whose turn-1 answers got different rewards there (a group "
+                "with a spread; one solved every time alike has none)");
   l->add_option("--order", r.order, "curriculum (level, then difficulty) or shuffle (per epoch)")->capture_default_str();
   l->add_option("--group-size", r.group_size, "answers per prompt (G)")->capture_default_str();
   l->add_option("--prompts-per-step", r.prompts_per_step, "prompts per step, over all ranks (repair tasks included)")->capture_default_str();

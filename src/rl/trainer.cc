@@ -77,6 +77,8 @@ void check_options(const RlOptions& o) {
   MC_CHECK(o.save_every >= 0 && o.keep_last >= 1 && o.samples_every >= 0, "--save-every and --samples-every must be >= 0, --keep >= 1");
   MC_CHECK(!(o.async && o.off_policy > 0), "--async and --off-policy ", o.off_policy,
            " contradict each other: --async already trains on rollouts one step old (use one of them)");
+  MC_CHECK(o.keep_solved.empty() || o.keep_varied.empty(),
+           "--keep-solved and --keep-varied contradict each other: give one probe filter");
   MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
            "--verifier URL and --verify-device cpu contradict each other: the service's judges run where the service runs");
 }
@@ -121,38 +123,66 @@ void merge_into(json& a, const json& b) {
 double num(const json& j, const std::string& k) { return j.contains(k) && j[k].is_number() ? j[k].get<double>() : 0.0; }
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
-// The tasks the starting model solved at turn 1 at least once, by bench-model's results.jsonl
-// of it on the same problems (--keep-solved). Infra errors count as no answer.
-std::vector<synth::Task> keep_solved(std::vector<synth::Task> tasks, const std::string& path, bool report) {
-  MC_CHECK(fs::is_regular_file(path), "--keep-solved: no file ", path, " (bench-model's results.jsonl of the starting model)");
-  std::map<std::string, std::pair<int, int>> turn1;  // problem -> (answers ok, answers judged)
+// The tasks a probe of the starting model (bench-model's results.jsonl of it on the same
+// problems) shows something to learn from, by its turn-1 answers (infra errors count as none):
+// - solved (--keep-solved): at least one answer passed;
+// - varied (--keep-varied): the answers got different rewards, so a group of them has a spread
+//   and GRPO an advantage. That is every problem solved some of the time, every partly correct
+//   answer beside a wrong one, and none solved every time alike.
+std::vector<synth::Task> keep_probed(std::vector<synth::Task> tasks, const std::string& path, bool varied, bool report) {
+  const char* opt = varied ? "--keep-varied" : "--keep-solved";
+  MC_CHECK(fs::is_regular_file(path), opt, ": no file ", path, " (bench-model's results.jsonl of the starting model)");
+  struct Probe {
+    int ok = 0, judged = 0;
+    double lo = 1e300, hi = -1e300;
+  };
+  std::map<std::string, Probe> turn1;
   for_each_jsonl(path, [&](const json& r, size_t line) {
     MC_CHECK(r.contains("problem") && r["problem"].is_string() && r.contains("turn") &&
                  r["turn"].is_number_integer() && r.contains("result") && r["result"].is_object(),
-             "--keep-solved ", path, ":", line, ": not a row of bench-model's results.jsonl (problem, turn, result)");
+             opt, " ", path, ":", line, ": not a row of bench-model's results.jsonl (problem, turn, result)");
     if (r["turn"].get<int>() != 1 || !r["result"].value("infra_error", std::string()).empty()) return;
     auto& c = turn1[r["problem"].get<std::string>()];
-    c.first += r["result"].value("verdict", std::string()) == "ok";
-    c.second += 1;
+    c.ok += r["result"].value("verdict", std::string()) == "ok";
+    c.judged += 1;
+    if (varied) {
+      MC_CHECK(r["result"].contains("reward") && r["result"]["reward"].is_number(), opt, " ", path, ":", line,
+               ": no reward in the result (a judged answer's MooreEval reward)");
+      double x = r["result"]["reward"].get<double>();
+      c.lo = std::min(c.lo, x), c.hi = std::max(c.hi, x);
+    }
   });
   const size_t n = tasks.size();
-  size_t unjudged = 0, never = 0, always = 0;
+  size_t unjudged = 0, dropped = 0, solved = 0, always = 0;
   std::vector<synth::Task> kept;
   for (auto& t : tasks) {
     auto it = turn1.find(t.problem->key);
-    if (it == turn1.end()) ++unjudged;
-    else if (it->second.first == 0) ++never;
-    else {
-      always += it->second.first == it->second.second;
-      kept.push_back(std::move(t));
+    if (it == turn1.end()) {
+      ++unjudged;
+      continue;
     }
+    const Probe& c = it->second;
+    bool keep = varied ? c.hi - c.lo > 1e-9 : c.ok > 0;
+    if (!keep) {
+      ++dropped;
+      continue;
+    }
+    solved += c.ok > 0;
+    always += c.ok == c.judged;
+    kept.push_back(std::move(t));
   }
-  MC_CHECK(unjudged < n, "--keep-solved ", path, ": names none of the ", n, " problems (results of another problem set?)");
-  MC_CHECK(!kept.empty(), "--keep-solved ", path, ": the starting model solved none of the ", n - unjudged,
-           " judged problems at turn 1: nothing for RL to learn from");
-  if (report)
-    fmt::print(stderr, "rl: --keep-solved: {} of {} problems solved at turn 1 at least once ({} every time); {} never, {} not in {}\n",
-               kept.size(), n, always, never, unjudged, path);
+  MC_CHECK(unjudged < n, opt, " ", path, ": names none of the ", n, " problems (results of another problem set?)");
+  MC_CHECK(!kept.empty(), opt, " ", path, ": the starting model ",
+           varied ? "got the same reward for every turn-1 answer to each of the " : "solved none of the ", n - unjudged,
+           " judged problems: nothing for RL to learn from");
+  if (report) {
+    if (varied)
+      fmt::print(stderr, "rl: --keep-varied: {} of {} problems got different rewards at turn 1 ({} of them solved at least once); "
+                 "{} alike, {} not in {}\n", kept.size(), n, solved, dropped, unjudged, path);
+    else
+      fmt::print(stderr, "rl: --keep-solved: {} of {} problems solved at turn 1 at least once ({} every time); {} never, {} not in {}\n",
+                 kept.size(), n, always, dropped, unjudged, path);
+  }
   return kept;
 }
 
@@ -268,7 +298,8 @@ RlResult run_rl(const RlOptions& o) {
   }
   MC_CHECK(!tasks.empty(), o.problems, ": nothing to train on: ", all_tasks.size(), " problem(s), and every prompt with --max-new-tokens ",
            o.max_new_tokens, " exceeds --max-seq-len ", o.max_seq_len);
-  if (!o.keep_solved.empty()) tasks = keep_solved(std::move(tasks), o.keep_solved, main);
+  if (!o.keep_solved.empty()) tasks = keep_probed(std::move(tasks), o.keep_solved, false, main);
+  if (!o.keep_varied.empty()) tasks = keep_probed(std::move(tasks), o.keep_varied, true, main);
   if (o.max_problems > 0 && static_cast<int64_t>(tasks.size()) > o.max_problems) {
     std::stable_sort(tasks.begin(), tasks.end(), curriculum_before);
     tasks.resize(static_cast<size_t>(o.max_problems));

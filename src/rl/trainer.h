@@ -43,6 +43,10 @@ struct RlOptions {
   // problems it solved at turn 1 at least once there. Groups that all fail teach nothing, and
   // over problems a model never solves a run is all-failed steps (session 29: 1 pass in 704).
   std::string keep_solved;
+  // The same results, but keep the problems whose turn-1 answers got different rewards: exactly
+  // the groups with a spread (a problem solved every time alike has none). Session 32's SFT model
+  // passed 2 of 94 RL problems at turn 1; its answers were near-identical at T 0.6.
+  std::string keep_varied;
   std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
   // Batch.
   int group_size = 8, prompts_per_step = 64;

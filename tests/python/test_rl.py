@@ -358,11 +358,13 @@ def test_max_problems_and_loop_stop(setup):
 
 
 def results_rows(*rows):
-    """bench-model results.jsonl rows: (problem, turn, verdict[, infra error])."""
+    """bench-model results.jsonl rows: (problem, turn, verdict[, infra error[, reward]])."""
     out = []
-    for i, (problem, turn, verdict, *infra) in enumerate(rows):
-        out.append({"problem": problem, "sample": i, "turn": turn,
-                    "result": {"verdict": verdict, "infra_error": infra[0] if infra else ""}})
+    for i, (problem, turn, verdict, *more) in enumerate(rows):
+        result = {"verdict": verdict, "infra_error": more[0] if more else ""}
+        if len(more) > 1:
+            result["reward"] = more[1]
+        out.append({"problem": problem, "sample": i, "turn": turn, "result": result})
     return "".join(json.dumps(r) + "\n" for r in out)
 
 
@@ -382,6 +384,28 @@ def test_keep_solved(setup, tmp_path):
                           ('{"problem": "1_Add", "turn": 1}\n', "results.jsonl:1: not a row of bench-model's")):
         res.write_text(text)
         r = mc(*rl_args(setup, tmp_path / "bad", "--max-steps", "1", "--keep-solved", res), check=False)
+        assert r.returncode != 0 and message in r.stderr, (message, r.stderr)
+
+
+def test_keep_varied(setup, tmp_path):
+    """--keep-varied trains only on the problems whose turn-1 answers got different rewards in
+    the probe: a wrong answer beside a partly correct one is kept, a problem solved every time
+    alike is not (its group has no spread)."""
+    res = tmp_path / "results.jsonl"
+    res.write_text(results_rows(("1_Add", 1, "incorrect", "", -1.0), ("1_Add", 1, "incorrect", "", -0.4),
+                                ("2_ReLU", 1, "ok", "", 1.2), ("2_ReLU", 1, "ok", "", 1.2),
+                                ("2_ReLU", 2, "incorrect", "", -1.0)))
+    out = tmp_path / "kept"
+    r = mc(*replaced(rl_args(setup, out, "--max-steps", "1", "--keep-varied", res), prompts_per_step="1"))
+    assert open(out / "problems.txt").read().split() == ["1_Add"]
+    assert "--keep-varied: 1 of " in r.stderr and "(0 of them solved at least once); 1 alike" in r.stderr, r.stderr
+    for args, text, message in (
+            (("--keep-varied", res), results_rows(("1_Add", 1, "ok")), "results.jsonl:1: no reward in the result"),
+            (("--keep-varied", res), results_rows(("1_Add", 1, "ok", "", 1.0), ("1_Add", 1, "ok", "", 1.0)),
+             "got the same reward for every turn-1 answer"),
+            (("--keep-varied", res, "--keep-solved", res), results_rows(("1_Add", 1, "ok", "", 1.0)), "contradict")):
+        res.write_text(text)
+        r = mc(*rl_args(setup, tmp_path / "bad", "--max-steps", "1", *args), check=False)
         assert r.returncode != 0 and message in r.stderr, (message, r.stderr)
 
 
