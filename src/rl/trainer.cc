@@ -585,6 +585,9 @@ RlResult run_rl(const RlOptions& o) {
         if (k == 0) merge_into(acc["verdicts_turn1"][eval::to_string(r.result.verdict)], json(1));
         if (!r.result.rule.empty()) merge_into(acc["rules"][r.result.rule], json(1));
         for (const auto& v : r.result.violations) merge_into(acc["rules_all"][v.rule], json(1));
+        // Later answers run to --max-new-tokens where a turn-1 answer does not: a turn lasts as
+        // long as its longest answer, so one such repair holds up the whole step (session 32).
+        if (k > 0 && r.finish_reason == "length") add("later_truncated", 1);
         if (r.passed() && r.result.speedup) {
           add("correct_answers", 1);
           add("speedup_log_sum", std::log(std::max(1e-9, *r.result.speedup)));
@@ -800,6 +803,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"turn1_tokens_mean", ratio(num(m, "turn1_tokens"), scored)},
                 {"turn1_truncated_share", ratio(num(m, "turn1_truncated"), scored)},
                 {"turn1_loop_share", ratio(num(m, "turn1_loop"), scored)},
+                {"later_truncated_share", ratio(num(m, "later_truncated"), answers - scored)},
                 {"turn1_low_prob_per_1000", ratio(1000 * num(m, "turn1_low_prob"), num(m, "turn1_tokens"))},
                 {"answer_tokens_mean", ratio(num(m, "answer_tokens"), answers)},
                 {"answers", answers},

@@ -162,6 +162,9 @@ def test_rl_steps_reach_every_branch(setup):
     add = {t["sample"]: t for t in t1 if t["problem"] == "1_Add"}
     assert add[0]["first_pass"] == 1 and [x["verdict"] for x in add[0]["turns"]] == ["ok"]
     assert add[1]["first_pass"] == 2 and [x["verdict"] for x in add[1]["turns"]] == ["incorrect", "ok"]
+    # Later answers that ran to --max-new-tokens: planted ones stop, the tiny model's run to 8 tokens.
+    later = [x["finish_reason"] for t in t1 for x in t["turns"][1:]]
+    assert len(later) == 3 and s1["later_truncated_share"] == pytest.approx(later.count("length") / 3)
     # PrimeEcho with lambda = 0: s = 1 for a pass; the wrong sum passes no trial (s = -1).
     assert add[0]["reward"] == pytest.approx(0.75 * 1 + 0.25 * 1 + 0.1)
     assert add[1]["reward"] == pytest.approx(0.75 * -1 + 0.25 * 1 + 0.1 * 0.5)
