@@ -24,13 +24,18 @@ std::vector<double> ticks(double lo, double hi, int n) {
   return t;
 }
 
-std::string fmt_tick(double v) {
-  double a = std::abs(v);
-  if (a != 0 && (a >= 1e5 || a < 1e-3)) return fmt::format("{:.1e}", v);
-  return fmt::format("{:.4g}", v);
-}
-
 }  // namespace
+
+// As many digits as the tick step needs: ticks 1e-9 apart around 1.4e-4 read 1.36340e-04,
+// 1.36341e-04, ..., not five times 1.4e-04.
+std::string tick_label(double v, double step) {
+  double a = std::abs(v);
+  int digits = 1;  // significant digits that tell ticks `step` apart
+  if (a != 0 && step > 0)
+    digits = std::clamp(static_cast<int>(std::floor(std::log10(a) + 1e-9) - std::floor(std::log10(step) + 1e-9)) + 1, 1, 12);
+  if (a != 0 && (a >= 1e5 || a < 1e-3)) return fmt::format("{:.{}e}", v, std::max(1, digits - 1));
+  return fmt::format("{:.{}g}", v, std::max(4, digits));
+}
 
 std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, int ph) {
   int rows = (static_cast<int>(panels.size()) + columns - 1) / std::max(1, columns);
@@ -72,14 +77,16 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
     y1 += pad;
     auto X = [&](double v) { return L + (v - x0) / (x1 - x0) * iw; };
     auto Y = [&](double v) { return T + ih - (v - y0) / (y1 - y0) * ih; };
-    for (double t : ticks(x0, x1, 6))
+    const std::vector<double> xt = ticks(x0, x1, 6), yt = ticks(y0, y1, 5);
+    const double xs = xt.size() > 1 ? xt[1] - xt[0] : 0, ys = yt.size() > 1 ? yt[1] - yt[0] : 0;
+    for (double t : xt)
       s += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0:.1f}\" y=\"{3}\" "
                        "text-anchor=\"middle\">{4}</text>\n",
-                       X(t), T, T + ih, T + ih + 14, fmt_tick(t));
-    for (double t : ticks(y0, y1, 5))
+                       X(t), T, T + ih, T + ih + 14, tick_label(t, xs));
+    for (double t : yt)
       s += fmt::format("<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#ddd\"/><text x=\"{3}\" y=\"{4:.1f}\" "
                        "text-anchor=\"end\">{5}</text>\n",
-                       L, L + iw, Y(t), L - 4, Y(t) + 4, fmt_tick(pn.log_y ? std::pow(10.0, t) : t));
+                       L, L + iw, Y(t), L - 4, Y(t) + 4, pn.log_y ? tick_label(std::pow(10.0, t), std::pow(10.0, t) * (1 - std::pow(10.0, -ys))) : tick_label(t, ys));
     s += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", L + iw / 2, ph - 6, xml_escape(pn.x_label));
     for (size_t k = 0; k < pn.series.size(); ++k) {
       const auto& se = pn.series[k];

@@ -23,4 +23,8 @@ struct Panel {
 // Panels laid out in a grid of `columns`; returns the SVG document.
 std::string render_svg(const std::vector<Panel>& panels, int columns = 2, int panel_width = 460, int panel_height = 300);
 
+// An axis label for tick value v on an axis whose ticks are `step` apart: enough significant
+// digits that neighbouring ticks read differently (at least 4; scientific below 1e-3 and from 1e5).
+std::string tick_label(double v, double step);
+
 }  // namespace mc::report
