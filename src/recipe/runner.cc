@@ -29,6 +29,22 @@ namespace {
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// A list var's value in the placeholder table: its elements after this mark, each ended by it.
+constexpr const char* kListMark = "\x1f";
+
+std::string join_list(const std::vector<std::string>& xs) {
+  std::string s = kListMark;
+  for (const auto& x : xs) s += x + kListMark;
+  return s;
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  size_t i = 1;  // after the leading mark
+  for (size_t j; (j = s.find(kListMark, i)) != std::string::npos; i = j + 1) out.push_back(s.substr(i, j - i));
+  return out;
+}
+
 std::string scalar(const toml::node& n, const std::string& where) {
   if (auto s = n.value<std::string>()) return *s;
   if (n.is_integer()) return std::to_string(*n.value<int64_t>());
@@ -80,7 +96,15 @@ Recipe load_recipe(const std::string& path) {
   Recipe r;
   r.path = fs::absolute(path).string();
   if (auto* vars = t["vars"].as_table())
-    for (const auto& [k, v] : *vars) r.vars[std::string(k.str())] = scalar(v, str_cat(path, ": vars.", k.str()));
+    for (const auto& [k, v] : *vars) {
+      const std::string where = str_cat(path, ": vars.", k.str());
+      if (auto* arr = v.as_array()) {
+        auto& list = r.lists[std::string(k.str())];
+        for (size_t i = 0; i < arr->size(); ++i) list.push_back(scalar((*arr)[i], str_cat(where, "[", i, "]")));
+      } else {
+        r.vars[std::string(k.str())] = scalar(v, where);
+      }
+    }
   auto* stages = t["stage"].as_array();
   MC_CHECK(stages && !stages->empty(), path, ": no [[stage]] tables");
   static const std::regex name_re(R"([a-z0-9][a-z0-9_-]*)");
@@ -139,6 +163,22 @@ std::vector<std::string> visible_gpus() {
   return out;
 }
 
+std::vector<std::string> expand_arg(const std::string& arg, const std::map<std::string, std::string>& values,
+                                    const std::string& run_dir, bool check_only) {
+  std::vector<std::string> out;
+  auto add = [&](const std::string& a) {
+    std::string x = expand(a, values, run_dir, check_only);
+    if (!x.empty() || a.empty()) out.push_back(x);  // a placeholder that expands to nothing drops out
+  };
+  auto v = arg.size() > 2 && arg.front() == '{' && arg.back() == '}' ? values.find(arg.substr(1, arg.size() - 2)) : values.end();
+  if (v != values.end() && v->second.rfind(kListMark, 0) == 0) {
+    for (const auto& e : split_list(v->second)) add(e);
+  } else {
+    add(arg);
+  }
+  return out;
+}
+
 std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir,
                    bool check_only) {
   std::string out;
@@ -172,6 +212,8 @@ std::string expand(const std::string& arg, const std::map<std::string, std::stri
     } else {
       auto v = values.find(key);
       MC_CHECK(v != values.end(), "recipe: unknown placeholder {", key, "} in \"", arg, "\"");
+      MC_CHECK(v->second.rfind(kListMark, 0) != 0, "recipe: {", key, "} is a list of arguments: it must be a whole argument, not part of \"",
+               arg, "\"");
       out += expand(v->second, values, run_dir, check_only);  // a var may name another
     }
   }
@@ -197,24 +239,34 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   values["python"] = py && *py ? py : "python3";
   values["recipe"] = fs::path(r.path).parent_path().string();
   for (const auto& [k, v] : r.vars) values["var." + k] = v;
+  for (const auto& [k, v] : r.lists) values["var." + k] = join_list(v);
   for (const auto& [k, v] : o.set) {
-    MC_CHECK(r.vars.count(k), "--set ", k, ": the recipe has no such var (its [vars]: ", [&] {
+    MC_CHECK(r.vars.count(k) || r.lists.count(k), "--set ", k, ": the recipe has no such var (its [vars]: ", [&] {
       std::string s;
       for (const auto& [n, _] : r.vars) s += (s.empty() ? "" : ", ") + n;
+      for (const auto& [n, _] : r.lists) s += (s.empty() ? "" : ", ") + n;
       return s;
     }(), ")");
-    values["var." + k] = v;
+    if (r.lists.count(k)) {
+      std::istringstream words(v);
+      std::vector<std::string> xs;
+      for (std::string w; words >> w;) xs.push_back(w);
+      values["var." + k] = join_list(xs);
+    } else {
+      values["var." + k] = v;
+    }
   }
   state["vars"] = json::object();
   for (const auto& [k, v] : values)
-    if (k.rfind("var.", 0) == 0) state["vars"][k.substr(4)] = v;
+    if (k.rfind("var.", 0) == 0)
+      state["vars"][k.substr(4)] = v.rfind(kListMark, 0) == 0 ? json(split_list(v)) : json(v);
 
   // Every placeholder of every stage is known before anything runs: a typo in the last stage
   // should not cost the hours of the ones before it.
   for (const auto& s : r.stages) {
     try {
       for (const auto& cmd : s.commands)
-        for (const auto& a : cmd) (void)expand(a, values, run, true);
+        for (const auto& a : cmd) (void)expand_arg(a, values, run, true);
       for (const auto& [k, v] : s.env) (void)expand(v, values, run, true);
     } catch (const Error& e) {
       throw Error(str_cat(r.path, ": stage '", s.name, "': ", e.what()));
@@ -265,10 +317,8 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     auto t0 = Clock::now();
     for (const auto& cmd : s->commands) {
       std::vector<std::string> argv;
-      for (const auto& a : cmd) {
-        std::string x = expand(a, values, run);
-        if (!x.empty() || a.empty()) argv.push_back(x);  // a placeholder that expands to nothing drops out
-      }
+      for (const auto& a : cmd)
+        for (auto& x : expand_arg(a, values, run)) argv.push_back(std::move(x));
       std::string shown;
       for (const auto& a : argv) shown += (shown.empty() ? "" : " ") + a;
       {

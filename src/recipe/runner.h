@@ -7,7 +7,11 @@
 //   {root}           the project tree (MUSACODER_HOME), {python} the interpreter
 //                    ($MUSACODER_PYTHON, else python3)
 //   {recipe}         the folder of the recipe file
-//   {var.NAME}       a [vars] value (a recipe's sizes and seeds; --set NAME=VALUE overrides)
+//   {var.NAME}       a [vars] value (a recipe's sizes and seeds; --set NAME=VALUE overrides).
+//                    A var that is an array of strings is a list of arguments: an argument
+//                    that is exactly {var.NAME} becomes its elements, each expanded in turn
+//                    (the options several stages share, written once); --set NAME="A B" sets
+//                    it to the words of its value. Inside a longer argument it is an error.
 //   {last:DIR}       DIR's newest checkpoint (DIR/checkpoints/step-N); an error if it has none
 //   {resume:DIR}     "--resume" when DIR has a checkpoint, else the argument is dropped
 //
@@ -47,6 +51,7 @@ struct RecipeStage {
 struct Recipe {
   std::string path;
   std::map<std::string, std::string> vars;
+  std::map<std::string, std::vector<std::string>> lists;  // [vars] that are arrays: argument lists
   std::vector<RecipeStage> stages;
 };
 
@@ -77,6 +82,11 @@ std::vector<std::string> visible_gpus();
 // whole recipe is checked so before its first stage runs. Exposed for tests.
 std::string expand(const std::string& arg, const std::map<std::string, std::string>& values, const std::string& run_dir,
                    bool check_only = false);
+
+// One argument of a command as the arguments it becomes: none when it expands to nothing, a
+// list var's elements when it is exactly {var.NAME} of one, else one.
+std::vector<std::string> expand_arg(const std::string& arg, const std::map<std::string, std::string>& values,
+                                    const std::string& run_dir, bool check_only = false);
 
 // Runs the recipe; returns the state (also in RUN/recipe/state.json). Throws mc::Error naming the
 // stage, its command and its log when a command fails.

@@ -200,6 +200,26 @@ def test_recipe_errors_name_the_stage(tmp_path):
     assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
 
 
+def test_list_vars_become_several_arguments(tmp_path):
+    """A [vars] array is a list of arguments written once for several stages: exactly
+    {var.NAME} becomes its elements, each expanded (vars, {run}, an empty one dropped); --set
+    gives it new words; inside a longer argument it is refused before anything runs."""
+    recipe = tmp_path / "r.toml"
+    out = tmp_path / "args.txt"
+    recipe.write_text('[vars]\nn = 3\nnone = ""\ncommon = ["--n", "{var.n}", "{var.none}", "{run}/x"]\n\n'
+                      f'[[stage]]\nname = "a"\ncommands = [["sh", "-c", "printf \'%s|\' \\"$@\\" > {out}", "sh", "first", "{{var.common}}", "last"]]\n')
+    run = tmp_path / "run"
+    mc("recipe", recipe, "--out", run, "--no-progress")
+    assert open(out).read() == f"first|--n|3|{run}/x|last|"
+    state = json.load(open(run / "recipe" / "state.json"))
+    assert state["vars"]["common"] == ["--n", "{var.n}", "{var.none}", "{run}/x"]
+    mc("recipe", recipe, "--out", tmp_path / "run2", "--no-progress", "--set", "common=-a  -b")
+    assert open(out).read() == "first|-a|-b|last|"
+    recipe.write_text('[vars]\ncommon = ["-a"]\n\n[[stage]]\nname = "a"\ncommands = [["echo", "x{var.common}"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run3", check=False)
+    assert r.returncode == 2 and "{var.common} is a list of arguments: it must be a whole argument" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "recipes"))))
 def test_every_shipped_recipe_expands(name, tmp_path):
     # Every placeholder of every stage of recipes/*/recipe.toml is known: the runner checks them
