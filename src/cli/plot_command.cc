@@ -91,7 +91,9 @@ std::optional<int> PlotCommand::run() {
       for (size_t k = 0; k < panels.size(); ++k)
         if (!series[k].x.empty()) {
           series[k].color = color;
-          series[k].label = by_kind.size() > 1 || runs.size() > 1 ? label + (kind == "train" ? "" : " " + kind) : "";
+          // The row kind only tells series of one run apart (train beside eval rows); an RL run's
+          // rows are all "rl", and its legend is the run's name alone.
+          series[k].label = by_kind.size() > 1 || runs.size() > 1 ? label + (by_kind.size() > 1 && kind != "train" ? " " + kind : "") : "";
           panels[k].series.push_back(series[k]);
         }
     }

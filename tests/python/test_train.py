@@ -269,6 +269,12 @@ def test_tensorboard_events_and_plot_hold_the_metrics(setup, tmp_path):
     mc("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c3.svg"), "--metrics", "x,y")
     lines = [l for l in open(tmp_path / "c3.svg").read().splitlines() if l.startswith("<polyline")]
     assert len(lines) == 3 and sum('stroke="#d62728"' in l for l in lines) == 2, lines
+    # Runs whose rows are all of one kind (RL's "rl") are named by the run alone in the legend.
+    for name in ("a", "b"):
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"kind": "rl", "step": 1, "y": 1.0}) + "\n")
+    mc("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c4.svg"), "--metrics", "y")
+    svg = open(tmp_path / "c4.svg").read()
+    assert ">a<" in svg and ">b<" in svg and ">a rl<" not in svg, svg
 
 
 def test_two_gloo_ranks_equal_one_rank(setup, tmp_path):
