@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/clock.h"
 #include "common/jsonl.h"
 #include "generate/counter_rng.h"
 #include "synth/prompt.h"
@@ -248,7 +249,17 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
   for (size_t i : b.answering)
     if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) ids.push_back(b.id_base + i);
   auto t1 = Clock::now();
-  for (auto& [id, r] : verifier_.collect(ids)) traj[id - b.id_base].turns.back().result = std::move(r);
+  const double wait_began = unix_now();
+  for (auto& [id, r] : verifier_.collect(ids)) {
+    if (stats && r.finished_at > wait_began) {
+      ++stats->wait_answers;
+      stats->wait_work_s["compile"] += r.compile_s;
+      if (r.exec_stages.is_object())
+        for (const auto& [stage, sec] : r.exec_stages.items())
+          if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
+    }
+    traj[id - b.id_base].turns.back().result = std::move(r);
+  }
   if (stats) stats->verify_wait_s += since(t1);
   // This turn's answers that were judged now: the (problem, text) entries of `judged` that
   // point at this turn, less those whose verdict came from the memory.

@@ -96,6 +96,12 @@ struct RolloutOptions {
 struct RolloutStats {
   double generate_s = 0, verify_wait_s = 0;  // engine time; waiting for MooreEval after generating
   int64_t generated_tokens = 0;
+  // What the wait was made of: the answers whose verdict came after it began (by the result's
+  // finished_at), and their MooreEval work in seconds by stage ("compile", and the judge's own
+  // stages: "take", "load", "trials", "timing", ...). Lanes work in parallel, so these are work
+  // seconds, not wall: they say which stage the tail of a step consists of.
+  int64_t wait_answers = 0;
+  std::map<std::string, double> wait_work_s;
 };
 
 // One step's prompts and trajectories, and how far they have got: `turns` turns generated,

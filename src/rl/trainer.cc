@@ -812,6 +812,8 @@ RlResult run_rl(const RlOptions& o) {
                 {"context_full", num(m, "context_full")},
                 {"generate_s", rstats.generate_s},
                 {"verify_wait_s", rstats.verify_wait_s},
+                {"wait_answers", rstats.wait_answers},
+                {"wait_work_s", rstats.wait_work_s},
                 {"prefetch_generate_s", prefetch_s},
                 // What waiting for MooreEval adds to generation and training (issue target: <= 0.25).
                 {"verify_overhead", ratio(rstats.verify_wait_s, rstats.generate_s + train_s)},

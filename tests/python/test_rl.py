@@ -146,6 +146,10 @@ def test_rl_steps_reach_every_branch(setup):
     # Step 3: nothing waits, so two fresh prompts; 2_ReLU, now answered by the model alone,
     # fails entirely again and re-enters the buffer.
     assert s3["repair_prompts"] == 0 and s3["bdr_added"] == 1 and s3["bdr_size"] == 1
+    # What the wait was made of: answers judged after generation ended, and their work by stage.
+    # Step 1 judges every distinct answer fresh, and the CPU judge runs their trials.
+    assert 0 < s1["wait_answers"] <= 7 and s1["wait_work_s"]["compile"] >= 0, s1
+    assert s1["wait_work_s"].get("trials", 0) > 0, s1["wait_work_s"]
     # Sampling slips: a random tiny model gives almost every token of any answer p < 0.1.
     assert s1["turn1_low_prob_per_1000"] > 500, s1["turn1_low_prob_per_1000"]
     for r in rows:
