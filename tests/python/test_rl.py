@@ -103,9 +103,10 @@ def replaced(args, **opts):
 
 
 def without_timing(row):
-    # Wall-clock times, and the measured speedups (reward does not use them: --speed-weight 0).
+    # Wall-clock times (and which verdicts came after the wait began), and the measured speedups
+    # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
-            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s"}
+            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
