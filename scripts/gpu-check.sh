@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
-#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, bench-model needs the small model, eval needs
+#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, rl-pipeline needs the recipe run's model, bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
@@ -206,6 +206,28 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       done
       tar czf "$OUT/rl-small.tgz" -C "$W" --exclude='*/checkpoints' --exclude=./model --exclude=./sft/checkpoints \
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
+    rl-pipeline)
+      # Issue 15's verification target: bench/rl_pipeline.py runs `train rl` turn by turn, then
+      # with --pipeline-turns, from one model over the same problems and seeds, one after the
+      # other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
+      # RL start (RECIPE_RUN, default /tmp/recipe-run: rft/sft, else sft). PIPE_STEPS (default 3);
+      # PIPE_ARGS replaces the recipe's RL options below.
+      R=${RECIPE_RUN:-/tmp/recipe-run}
+      m=${PIPE_MODEL:-$(ls -d "$R"/rft/sft/checkpoints/step-* "$R"/sft/checkpoints/step-* 2>/dev/null | head -1)}
+      keep=""; [ -f "$R/eval/rl-probe/results.jsonl" ] && keep="--keep-varied=$R/eval/rl-probe/results.jsonl"
+      if [ -z "$m" ]; then echo "rl-pipeline: no model (PIPE_MODEL, or a recipe run with sft)"; rc=1
+      else
+        rm -rf /tmp/rl-pipeline
+        # shellcheck disable=SC2086
+        python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
+          --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" -- \
+          ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
+          --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
+          --timing-budget 0.1 --lr 1e-6 --seed 1} 2>&1 | tee "$OUT/rl-pipeline.log" || rc=1
+        mkdir -p "$OUT/rl-pipeline"
+        cp /tmp/rl-pipeline/SUMMARY.json /tmp/rl-pipeline/*.log "$OUT/rl-pipeline/" 2>/dev/null
+        for arm in turns pipelined; do cp /tmp/rl-pipeline/$arm/metrics.jsonl "$OUT/rl-pipeline/$arm-metrics.jsonl" 2>/dev/null; done
+      fi ;;
     port-roundtrip)
       # Issue 18: the GPU suite's cases (and the synth stage's solutions, when it ran first)
       # ported to MUSA and back, judged beside the originals on this GPU: identical verdicts.

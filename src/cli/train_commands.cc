@@ -136,6 +136,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
       ->capture_default_str()->check(CLI::Range(0, 1));
   l->add_flag("--async", r.async,
               "generate the next step's first turn while this step's answers are judged (one step off-policy, as --off-policy 1)");
+  l->add_flag("--pipeline-turns", r.pipeline_turns,
+              "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
+              "(verification hides behind generation; which answers share a decode step then depends on when "
+              "verdicts come)");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();

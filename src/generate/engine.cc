@@ -508,6 +508,18 @@ std::vector<std::vector<Completion>> GenerationEngine::generate(const std::vecto
   return out;
 }
 
+void GenerationEngine::add(GenerationRequest request, std::function<void(int, const Completion&)> on_complete) {
+  MC_CHECK(!impl_->worker.joinable(), "add() while the engine's server thread runs; use submit()");
+  submit(std::move(request));  // its future is not needed: the samples go to on_complete
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->waiting.back()->on_complete = std::move(on_complete);
+}
+
+bool GenerationEngine::step() {
+  MC_CHECK(!impl_->worker.joinable(), "step() while the engine's server thread runs");
+  return impl_->step();
+}
+
 void GenerationEngine::start() {
   if (impl_->worker.joinable()) return;
   impl_->stopping = false;

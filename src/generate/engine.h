@@ -107,6 +107,13 @@ class GenerationEngine {
                                                 const std::function<void(int64_t)>& on_tokens = {},
                                                 const CompletionCallback& on_complete = {});
 
+  // The caller's own loop (RL's pipelined turns, where an answer's next turn is asked for while
+  // others are still decoding): add() queues a request whose samples go to on_complete as each
+  // finishes, and step() is one engine iteration (admit waiting requests, decode one token for
+  // every running sequence), false when there was nothing to do. Not with the server thread.
+  void add(GenerationRequest request, std::function<void(int sample, const Completion&)> on_complete);
+  bool step();
+
   // For servers: a background thread runs the engine; submit() from any thread.
   void start();
   void stop();

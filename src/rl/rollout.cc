@@ -1,6 +1,7 @@
 #include "rl/rollout.h"
 
 #include <chrono>
+#include <set>
 
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
@@ -20,6 +21,24 @@ double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 std::string sample_id(const std::string& tag, const Trajectory& t, int turn) {
   return fmt::format("{}-p{}-g{}-t{}", tag, t.prompt, t.sample, turn);
+}
+
+// A verdict that came while the rollout waited: what MooreEval's work on it was made of.
+void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_began) {
+  if (!stats || r.finished_at <= wait_began) return;
+  ++stats->wait_answers;
+  stats->wait_work_s["compile"] += r.compile_s;
+  if (r.exec_stages.is_object())
+    for (const auto& [stage, sec] : r.exec_stages.items())
+      if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
+}
+
+// Whether a trajectory stops after its last answer's verdict (and why).
+void stop_after_verdict(Trajectory& t, int max_turns) {
+  const TurnRecord& last = t.turns.back();
+  if (last.infra()) t.stop_reason = "infra_error";
+  else if (last.passed()) t.stop_reason = "passed";
+  else if (static_cast<int>(t.turns.size()) >= max_turns) t.stop_reason = "max_turns";
 }
 
 }  // namespace
@@ -90,6 +109,7 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
 
 void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                            const std::function<void()>& at_first_wait) {
+  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait);
   bool waited = false;
   for (;;) {
     if (!b.collected) {
@@ -103,6 +123,228 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
   for (auto& t : b.traj)
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
 }
+
+void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
+                                     const std::function<void()>& at_first_wait) {
+  const RolloutOptions& o = b.opts;
+  std::vector<Trajectory>& traj = b.traj;
+  c10::AutoGradMode no_grad(false);
+  std::set<size_t> judging;  // trajectories whose last answer MooreEval is judging
+  std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
+  int64_t generating = 0;  // answers asked of the engine and not yet sampled
+  std::function<void(size_t)> verdict;
+  auto pending = [&](std::pair<size_t, int> answer) {
+    return judging.count(answer.first) && static_cast<int>(traj[answer.first].turns.size()) == answer.second;
+  };
+  auto take_twin = [&](size_t i) {
+    TurnRecord& rec = traj[i].turns.back();
+    rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
+    rec.result.sample_id = sample_id(o.tag, traj[i], static_cast<int>(traj[i].turns.size()));
+  };
+  // Trajectory i has a new answer: to MooreEval, or the verdict of its twin or of the memory.
+  auto answered = [&](size_t i) {
+    const int turn = static_cast<int>(traj[i].turns.size());
+    b.turns = std::max(b.turns, turn);
+    ++b.answers;
+    switch (submit_answer(b, i, turn, tasks)) {
+      case Judged::kSubmitted: judging.insert(i); break;
+      case Judged::kReused: verdict(i); break;
+      case Judged::kTwin:
+        ++b.twin_answers;
+        if (pending(*traj[i].turns.back().twin_of)) {
+          twins_of[*traj[i].turns.back().twin_of].push_back(i);
+        } else {
+          take_twin(i);
+          verdict(i);
+        }
+        break;
+    }
+  };
+  // Trajectory i's last answer has its verdict: it stops, or its next answer is asked for now.
+  verdict = [&](size_t i) {
+    Trajectory& t = traj[i];
+    stop_after_verdict(t, o.max_turns);
+    if (!t.stop_reason.empty()) return;
+    const int turn = static_cast<int>(t.turns.size()) + 1;
+    gen::GenerationRequest r;
+    if (!next_request(b, i, turn, &r)) return;
+    const std::string& key = tasks[b.prompts[t.prompt].task].problem->key;
+    if (planted_)
+      if (const std::string* text = planted_->find(key, o.step, turn, t.sample)) {
+        TurnRecord rec;
+        rec.context = r.prompt;
+        plant(rec, *text, o.sampling.temperature);
+        t.turns.push_back(std::move(rec));
+        answered(i);
+        return;
+      }
+    if (stats && generating > 0) ++stats->asked_while_decoding;
+    ++generating;
+    std::vector<int32_t> context = r.prompt;
+    engine_.add(std::move(r), [&, i, context = std::move(context)](int, const gen::Completion& c) {
+      TurnRecord rec;
+      rec.context = context;
+      rec.tokens = c.tokens;
+      rec.logprobs = c.logprobs;
+      rec.text = c.text;
+      rec.finish_reason = c.finish_reason;
+      traj[i].turns.push_back(std::move(rec));
+      if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
+      --generating;
+      answered(i);
+    });
+  };
+  auto arrived = [&](size_t id, eval::EvalResult r) {
+    const size_t i = id - b.id_base;
+    judging.erase(i);
+    TurnRecord& rec = traj[i].turns.back();
+    rec.result = std::move(r);
+    if (o.memory) o.memory->remember(problem_identity(*tasks[b.prompts[traj[i].prompt].task].problem), rec.text, rec.result);
+    std::vector<size_t> twins;
+    if (auto it = twins_of.find({i, static_cast<int>(traj[i].turns.size())}); it != twins_of.end()) {
+      twins = std::move(it->second);
+      twins_of.erase(it);
+    }
+    verdict(i);
+    for (size_t j : twins) {
+      take_twin(j);
+      verdict(j);
+    }
+  };
+
+  // Where start() (or a checkpoint) left the batch: its last turn judged, or being judged.
+  std::vector<size_t> ready;
+  if (!b.collected) {
+    for (size_t i : b.answering)
+      if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) judging.insert(i);
+    for (size_t i : b.answering) {
+      const TurnRecord& rec = traj[i].turns.back();
+      if (rec.twin_of && pending(*rec.twin_of)) twins_of[*rec.twin_of].push_back(i);
+      else if (rec.twin_of || rec.reused) ready.push_back(i);
+    }
+  } else {
+    for (size_t i = 0; i < traj.size(); ++i)
+      if (traj[i].stop_reason.empty() && !traj[i].turns.empty()) ready.push_back(i);
+  }
+  b.answering.clear();
+  b.twins.clear();
+  for (size_t i : ready) {
+    if (traj[i].turns.back().twin_of) take_twin(i);
+    verdict(i);
+  }
+
+  bool held = false, waited = false;
+  auto hold = [&](bool h) {
+    if (o.hold_judges && h != held) verifier_.hold(h);
+    held = h;
+  };
+  std::vector<size_t> ids;
+  auto judging_ids = [&] {
+    ids.clear();
+    for (size_t i : judging) ids.push_back(b.id_base + i);
+    return ids;
+  };
+  for (;;) {
+    if (!judging.empty())
+      for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(id, std::move(r));
+    if (generating > 0) {  // the judges may not time while our kernels run
+      hold(true);
+      auto t0 = Clock::now();
+      engine_.step();
+      if (stats) stats->generate_s += since(t0);
+      continue;
+    }
+    if (judging.empty()) break;
+    hold(false);
+    if (!waited && at_first_wait) {
+      waited = true;
+      at_first_wait();
+      continue;
+    }
+    waited = true;
+    auto t1 = Clock::now();
+    const double wait_began = unix_now();
+    for (auto& [id, r] : verifier_.collect_any(judging_ids())) {
+      count_wait(stats, r, wait_began);
+      arrived(id, std::move(r));
+    }
+    if (stats) stats->verify_wait_s += since(t1);
+  }
+  hold(false);
+  MC_INTERNAL_ASSERT(twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
+  if (!waited && at_first_wait) at_first_wait();
+  for (auto& t : traj)
+    if (t.stop_reason.empty()) t.stop_reason = "max_turns";
+  b.collected = true;
+}
+
+bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const {
+  Trajectory& t = b.traj[i];
+  const TurnRecord& last = t.turns.back();
+  b.convo[i].push_back({"assistant", last.text});
+  b.convo[i].push_back({"user", synth::repair_prompt(last.result.feedback)});
+  r->prompt = encode_conversation(b.convo[i]);
+  r->params = b.opts.sampling;
+  r->params.n = 1;
+  r->params.seed = gen::mix64(b.prompts[t.prompt].seed ^ gen::mix64(static_cast<uint64_t>(t.sample) * 1315423911u + turn));
+  r->params.stop_token_ids = {im_end_};
+  if (static_cast<int64_t>(r->prompt.size()) + r->params.max_new_tokens > engine_.options().max_seq_len) {
+    t.stop_reason = "context_full";
+    return false;
+  }
+  return true;
+}
+
+// An answer identical to one already judged in the batch (same problem, same text) is not
+// judged again: it gets that verdict. Verification costs less, and identical answers get the
+// same score, where timing noise would otherwise give them different rewards and so advantages
+// with no cause in the policy (a memorizing model samples many twins).
+RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks) {
+  const RolloutOptions& o = b.opts;
+  Trajectory& t = b.traj[i];
+  const synth::Task& task = tasks[b.prompts[t.prompt].task];
+  const std::string problem = problem_identity(*task.problem);
+  auto [it, fresh] = b.judged.try_emplace({problem, t.turns.back().text}, std::make_pair(i, turn));
+  if (!fresh) {
+    t.turns.back().twin_of = it->second;
+    return Judged::kTwin;
+  }
+  if (o.memory)
+    if (const eval::EvalResult* earlier = o.memory->find(problem, t.turns.back().text)) {
+      TurnRecord& rec = t.turns.back();
+      rec.result = *earlier;
+      rec.result.sample_id = sample_id(o.tag, t, turn);
+      rec.reused = true;
+      ++b.reused_answers;
+      return Judged::kReused;
+    }
+  eval::Candidate c;
+  c.problem = task.problem;
+  c.problem_ref = task.problem->key;
+  c.sample_id = sample_id(o.tag, t, turn);
+  c.answer = t.turns.back().text;
+  c.origin = "rollout";
+  verifier_.submit(b.id_base + i, std::move(c));
+  return Judged::kSubmitted;
+}
+
+void RolloutRunner::plant(TurnRecord& rec, const std::string& text, float temperature) const {
+  rec.text = text;
+  rec.tokens = tok_.encode(rec.text);
+  rec.tokens.push_back(im_end_);
+  rec.finish_reason = "stop";
+  rec.planted = true;
+  // The policy's own log-probabilities of the planted tokens, as the engine reports them.
+  std::vector<int64_t> ids(rec.context.begin(), rec.context.end());
+  ids.insert(ids.end(), rec.tokens.begin(), rec.tokens.end());
+  auto lp = model_.token_logprobs(at::tensor(ids).unsqueeze(0).to(model_.device()), temperature)
+                .squeeze(0)
+                .to(at::kFloat)
+                .cpu();
+  const int64_t n = rec.tokens.size(), T = lp.size(0);
+  rec.logprobs.assign(lp.data_ptr<float>() + (T - n), lp.data_ptr<float>() + T);
+}
+
 
 bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats) {
   MC_INTERNAL_ASSERT(b.collected, "rollouts: a turn generated before the last one's verdicts were collected");
@@ -136,21 +378,9 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
     }
   } else {
     for (size_t i = 0; i < traj.size(); ++i) {
-      Trajectory& t = traj[i];
-      if (!t.stop_reason.empty()) continue;
-      const TurnRecord& last = t.turns.back();
-      b.convo[i].push_back({"assistant", last.text});
-      b.convo[i].push_back({"user", synth::repair_prompt(last.result.feedback)});
+      if (!traj[i].stop_reason.empty()) continue;
       gen::GenerationRequest r;
-      r.prompt = encode_conversation(b.convo[i]);
-      r.params = o.sampling;
-      r.params.n = 1;
-      r.params.seed = gen::mix64(prompts[t.prompt].seed ^ gen::mix64(static_cast<uint64_t>(t.sample) * 1315423911u + turn));
-      r.params.stop_token_ids = {im_end_};
-      if (static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens > max_seq) {
-        t.stop_reason = "context_full";
-        continue;
-      }
+      if (!next_request(b, i, turn, &r)) continue;
       reqs.push_back(std::move(r));
       served.push_back({i});
     }
@@ -162,36 +392,8 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
 
   // Generate; each sampled answer goes to MooreEval at once (planted ones after generation).
   std::vector<size_t> pending_planted;
-  // An answer identical to one already judged in the batch (same problem, same text) is not
-  // judged again: it gets that verdict. Verification costs less, and identical answers get
-  // the same score, where timing noise would otherwise give them different rewards and so
-  // advantages with no cause in the policy (a memorizing model samples many twins).
   auto submit = [&](size_t i) {
-    Trajectory& t = traj[i];
-    const synth::Task& task = tasks[prompts[t.prompt].task];
-    const std::string problem = problem_identity(*task.problem);
-    auto [it, fresh] = b.judged.try_emplace({problem, t.turns.back().text}, std::make_pair(i, turn));
-    if (!fresh) {
-      t.turns.back().twin_of = it->second;
-      b.twins.push_back(i);
-      return;
-    }
-    if (o.memory)
-      if (const eval::EvalResult* earlier = o.memory->find(problem, t.turns.back().text)) {
-        TurnRecord& rec = t.turns.back();
-        rec.result = *earlier;
-        rec.result.sample_id = sample_id(o.tag, t, turn);
-        rec.reused = true;
-        ++b.reused_answers;
-        return;
-      }
-    eval::Candidate c;
-    c.problem = task.problem;
-    c.problem_ref = task.problem->key;
-    c.sample_id = sample_id(o.tag, t, turn);
-    c.answer = t.turns.back().text;
-    c.origin = "rollout";
-    verifier_.submit(b.id_base + i, std::move(c));
+    if (submit_answer(b, i, turn, tasks) == Judged::kTwin) b.twins.push_back(i);
   };
   auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
     Trajectory& t = traj[i];
@@ -220,20 +422,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
     Trajectory& t = traj[i];
     TurnRecord& rec = t.turns.back();
     const std::string& key = tasks[prompts[t.prompt].task].problem->key;
-    rec.text = *planted_->find(key, o.step, turn, t.sample);
-    rec.tokens = tok_.encode(rec.text);
-    rec.tokens.push_back(im_end_);
-    rec.finish_reason = "stop";
-    rec.planted = true;
-    // The policy's own log-probabilities of the planted tokens, as the engine reports them.
-    std::vector<int64_t> ids(rec.context.begin(), rec.context.end());
-    ids.insert(ids.end(), rec.tokens.begin(), rec.tokens.end());
-    auto lp = model_.token_logprobs(at::tensor(ids).unsqueeze(0).to(model_.device()), o.sampling.temperature)
-                  .squeeze(0)
-                  .to(at::kFloat)
-                  .cpu();
-    const int64_t n = rec.tokens.size(), T = lp.size(0);
-    rec.logprobs.assign(lp.data_ptr<float>() + (T - n), lp.data_ptr<float>() + T);
+    plant(rec, *planted_->find(key, o.step, turn, t.sample), o.sampling.temperature);
     submit(i);
   }
   if (o.hold_judges) verifier_.hold(false);
@@ -251,13 +440,7 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
   auto t1 = Clock::now();
   const double wait_began = unix_now();
   for (auto& [id, r] : verifier_.collect(ids)) {
-    if (stats && r.finished_at > wait_began) {
-      ++stats->wait_answers;
-      stats->wait_work_s["compile"] += r.compile_s;
-      if (r.exec_stages.is_object())
-        for (const auto& [stage, sec] : r.exec_stages.items())
-          if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
-    }
+    count_wait(stats, r, wait_began);
     traj[id - b.id_base].turns.back().result = std::move(r);
   }
   if (stats) stats->verify_wait_s += since(t1);
@@ -273,13 +456,7 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
     rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
     rec.result.sample_id = sample_id(b.opts.tag, traj[i], b.turns);
   }
-  for (size_t i : b.answering) {
-    Trajectory& t = traj[i];
-    const TurnRecord& last = t.turns.back();
-    if (last.infra()) t.stop_reason = "infra_error";
-    else if (last.passed()) t.stop_reason = "passed";
-    else if (b.turns == b.opts.max_turns) t.stop_reason = "max_turns";
-  }
+  for (size_t i : b.answering) stop_after_verdict(traj[i], b.opts.max_turns);
   b.collected = true;
 }
 

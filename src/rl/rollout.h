@@ -90,6 +90,11 @@ struct RolloutOptions {
   std::string tag;               // sample ids: "<tag>-p<prompt>-g<sample>-t<turn>"
   int64_t step = 0;              // 1-based, for planted answers
   VerdictMemory* memory = nullptr;  // verdicts of earlier steps' answers (null: judge every answer)
+  // Turns 2 and on pipelined: a trajectory's next answer is asked for as soon as its verdict
+  // is in, while other answers are still decoded or judged, instead of after the whole turn's
+  // verdicts. Which answers share a decode step then depends on when verdicts come, so the
+  // sampled text is no longer bit-reproducible on a GPU (the seeds are the same either way).
+  bool pipeline = false;
 };
 
 // Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
@@ -102,6 +107,9 @@ struct RolloutStats {
   // seconds, not wall: they say which stage the tail of a step consists of.
   int64_t wait_answers = 0;
   std::map<std::string, double> wait_work_s;
+  // RolloutOptions::pipeline: later answers asked for while the engine was decoding others
+  // (their verdict's wait hidden behind that decoding).
+  int64_t asked_while_decoding = 0;
 };
 
 // One step's prompts and trajectories, and how far they have got: `turns` turns generated,
@@ -150,6 +158,20 @@ class RolloutRunner {
   std::vector<int32_t> encode_conversation(const std::vector<tok::ChatTurn>& messages) const;
 
  private:
+  // finish() with RolloutOptions::pipeline: one loop that steps the engine, takes each verdict
+  // as it comes and asks for that trajectory's next answer at once. The judges are held while
+  // the engine has work and released while the loop waits for verdicts with nothing to decode.
+  void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
+                        const std::function<void()>& at_first_wait);
+  // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's
+  // feedback. False (stop_reason context_full) when that answer would not fit.
+  bool next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const;
+  // How the answer just recorded on trajectory i gets its verdict.
+  enum class Judged { kSubmitted, kTwin, kReused };
+  Judged submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks);
+  // A planted answer (tests) in place of the sampled one, with the policy's log-probabilities.
+  void plant(TurnRecord& rec, const std::string& text, float temperature) const;
+
   gen::GenerationEngine& engine_;
   const model::QwenModel& model_;
   const tok::BpeTokenizer& tok_;

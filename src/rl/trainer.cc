@@ -474,6 +474,7 @@ RlResult run_rl(const RlOptions& o) {
     ropt.sampling.max_new_tokens = o.max_new_tokens;
     ropt.sampling.loop_window = o.loop_window;
     ropt.hold_judges = o.hold_judges;
+    ropt.pipeline = o.pipeline_turns;
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
     ropt.memory = memory.enabled() ? &memory : nullptr;
@@ -814,6 +815,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"verify_wait_s", rstats.verify_wait_s},
                 {"wait_answers", rstats.wait_answers},
                 {"wait_work_s", rstats.wait_work_s},
+                {"asked_while_decoding", rstats.asked_while_decoding},
                 {"prefetch_generate_s", prefetch_s},
                 // What waiting for MooreEval adds to generation and training (issue target: <= 0.25).
                 {"verify_overhead", ratio(rstats.verify_wait_s, rstats.generate_s + train_s)},

@@ -81,6 +81,9 @@ struct RlOptions {
   // come from the policy before this step's update: one step off-policy, like --off-policy 1,
   // which it excludes. Training never overlaps generation: both use the same weights.
   bool async = false;
+  // Turns 2 and on pipelined (RolloutOptions::pipeline): a trajectory's next answer is asked for
+  // as soon as its verdict is in, so its verification hides behind other answers' decoding.
+  bool pipeline_turns = false;
   bool grad_checkpoint = false;
   // Anchor set (SFT-format JSONL, e.g. SFT's held-out data): its mean token loss is measured
   // before the first step and every `anchor_every` steps after the update (anchor_loss and

@@ -65,6 +65,15 @@ class InProcessVerifier : public Verifier {
     });
     return take(done_, outstanding_, ready);
   }
+  Results collect_ready(const std::vector<size_t>& ids) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<size_t> ready;
+    for (size_t id : ids) {
+      MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect_ready() of id ", id, ", which is not outstanding");
+      if (done_.count(id)) ready.push_back(id);
+    }
+    return take(done_, outstanding_, ready);
+  }
   std::vector<size_t> outstanding() const override {
     std::lock_guard<std::mutex> lock(mu_);
     return {outstanding_.begin(), outstanding_.end()};

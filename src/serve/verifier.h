@@ -37,6 +37,9 @@ class Verifier {
   // is, in id order, so that a long evaluation can write each verdict as it comes (a stopped
   // run then keeps them). The service judges a batch at a time, so there it is collect(ids).
   virtual Results collect_any(const std::vector<size_t>& ids) { return collect(ids); }
+  // The answers under `ids` judged by now, in id order, without waiting. The service judges a
+  // batch at a time, when collected: there, none.
+  virtual Results collect_ready(const std::vector<size_t>& ids) { (void)ids; return {}; }
   virtual std::vector<size_t> outstanding() const = 0;
   // Held: no judge times until released (compiles and correctness trials go on), and hold(true)
   // returns once no judge is timing. In process, with EvaluatorOptions::timing_gate.

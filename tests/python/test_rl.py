@@ -106,7 +106,8 @@ def without_timing(row):
     # Wall-clock times (and which verdicts came after the wait began), and the measured speedups
     # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
-            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s"}
+            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
+            "asked_while_decoding"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -446,3 +447,28 @@ def test_clear_errors(setup, tmp_path):
     empty.mkdir()
     r = mc(*replaced(rl_args(setup, tmp_path / "e", "--max-steps", "1"), problems=empty), check=False)
     assert r.returncode != 0 and "empty" in r.stderr, r.stderr
+
+
+def test_pipelined_turns(setup):
+    """--pipeline-turns: a trajectory's second answer is asked for as soon as its first verdict is
+    in, while the other answers are still judged, in one loop over the engine and the verifier.
+    The same trajectories, verdicts, rewards, buffer events and update as turn by turn: with
+    --async (the next step's first turn made at the first wait) against the run of
+    test_async_generates_ahead_and_resumes, made again here if that test did not run."""
+    base = setup[0]
+    args = ("--max-steps", "3", "--save-every", "1", "--async")
+    ref, out = base / "async", base / "async-pipelined"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--pipeline-turns"))
+    a = assert_same_run(ref, out)
+    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+    assert a[0]["rescued_turn2"] == pytest.approx(1 / 4) and a[0]["bdr_added"] == 1
+    p = read_jsonl(out / "metrics.jsonl")
+    assert p[0]["prefetch_generate_s"] > 0 and p[1]["prefetch_generate_s"] > 0 and p[2]["prefetch_generate_s"] == 0
+    # The trajectories to read are the same, turn for turn.
+    for step in ("step-00000001.jsonl", "step-00000002.jsonl"):
+        def turns(run):
+            return sorted((t["problem"], t["sample"], t["repair"], [(x["verdict"], x["answer"]) for x in t["turns"]],
+                           t["reward"]) for t in read_jsonl(run / "samples" / step))
+        assert turns(out) == turns(ref), step
