@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <set>
+#include <utility>
 
 #include <c10/core/GradMode.h>
 #include <fmt/format.h>
@@ -89,7 +90,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
 }
 
 RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
-                                  const RolloutOptions& o, size_t id_base, RolloutStats* stats) {
+                                  const RolloutOptions& o, size_t id_base, RolloutStats* stats, bool first_turn_now) {
   MC_CHECK(o.group_size >= 1 && o.max_turns >= 1, "rollouts need a group size and max turns >= 1");
   RolloutBatch b;
   b.prompts = prompts;
@@ -103,7 +104,9 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
       b.traj.push_back(std::move(t));
       b.convo.push_back(prompts[p].messages);
     }
-  generate_turn(b, tasks, stats);
+  if (first_turn_now || !o.pipeline) generate_turn(b, tasks, stats);
+  else
+    for (size_t p = 0; p < prompts.size(); ++p) first_request(b, p, tasks);  // a prompt too long fails here, as turn by turn
   return b;
 }
 
@@ -212,9 +215,32 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     }
   };
 
-  // Where start() (or a checkpoint) left the batch: its last turn judged, or being judged.
+  // Where start() (or a checkpoint) left the batch: no turn yet (the first is decoded here),
+  // its last turn being judged, or judged.
   std::vector<size_t> ready;
-  if (!b.collected) {
+  std::vector<size_t> to_plant;  // first answers to replace by planted ones once the engine step is over
+  if (b.turns == 0) {
+    for (size_t p = 0; p < b.prompts.size(); ++p) {
+      gen::GenerationRequest r = first_request(b, p, tasks);
+      std::vector<int32_t> context = r.prompt;
+      generating += o.group_size;
+      engine_.add(std::move(r), [&, p, context = std::move(context)](int sample, const gen::Completion& c) {
+        const size_t i = p * static_cast<size_t>(o.group_size) + static_cast<size_t>(sample);
+        TurnRecord rec;
+        rec.context = context;
+        rec.tokens = c.tokens;
+        rec.logprobs = c.logprobs;
+        rec.text = c.text;
+        rec.finish_reason = c.finish_reason;
+        traj[i].turns.push_back(std::move(rec));
+        if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
+        --generating;
+        const std::string& key = tasks[b.prompts[p].task].problem->key;
+        if (planted_ && planted_->find(key, o.step, 1, traj[i].sample)) to_plant.push_back(i);
+        else answered(i);
+      });
+    }
+  } else if (!b.collected) {
     for (size_t i : b.answering)
       if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) judging.insert(i);
     for (size_t i : b.answering) {
@@ -248,10 +274,19 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     if (!judging.empty())
       for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(id, std::move(r));
     if (generating > 0) {  // the judges may not time while our kernels run
-      hold(true);
+      if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
+        auto th = Clock::now();
+        hold(true);
+        if (stats) stats->verify_wait_s += since(th);
+      }
       auto t0 = Clock::now();
       engine_.step();
       if (stats) stats->generate_s += since(t0);
+      for (size_t i : std::exchange(to_plant, {})) {
+        plant(traj[i].turns.back(), *planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step, 1,
+                                                   traj[i].sample), o.sampling.temperature);
+        answered(i);
+      }
       continue;
     }
     if (judging.empty()) break;
@@ -276,6 +311,20 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   for (auto& t : traj)
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
   b.collected = true;
+}
+
+gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const {
+  gen::GenerationRequest r;
+  r.prompt = encode_conversation(b.prompts[p].messages);
+  r.params = b.opts.sampling;
+  r.params.n = b.opts.group_size;
+  r.params.seed = b.prompts[p].seed;
+  r.params.stop_token_ids = {im_end_};
+  const int64_t max_seq = engine_.options().max_seq_len;
+  MC_CHECK(static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens <= max_seq, "prompt of ",
+           tasks[b.prompts[p].task].problem->key, " (", r.prompt.size(), " tokens) + --max-new-tokens exceeds --max-seq-len ",
+           max_seq);
+  return r;
 }
 
 bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const {
@@ -356,24 +405,14 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   c10::AutoGradMode no_grad(false);
   std::vector<Trajectory>& traj = b.traj;
   const auto& prompts = b.prompts;
-  const int64_t max_seq = engine_.options().max_seq_len;
   // Who answers this turn: request r -> (trajectories it serves).
   std::vector<gen::GenerationRequest> reqs;
   std::vector<std::vector<size_t>> served;
   if (turn == 1) {
     for (size_t p = 0; p < prompts.size(); ++p) {
-      gen::GenerationRequest r;
-      r.prompt = encode_conversation(prompts[p].messages);
-      r.params = o.sampling;
-      r.params.n = o.group_size;
-      r.params.seed = prompts[p].seed;
-      r.params.stop_token_ids = {im_end_};
-      MC_CHECK(static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens <= max_seq, "prompt of ",
-               tasks[prompts[p].task].problem->key, " (", r.prompt.size(), " tokens) + --max-new-tokens exceeds --max-seq-len ",
-               max_seq);
       std::vector<size_t> ids;
       for (int g = 0; g < o.group_size; ++g) ids.push_back(p * o.group_size + g);
-      reqs.push_back(std::move(r));
+      reqs.push_back(first_request(b, p, tasks));
       served.push_back(std::move(ids));
     }
   } else {

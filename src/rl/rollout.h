@@ -142,9 +142,11 @@ class RolloutRunner {
   std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                               const RolloutOptions& o, RolloutStats* stats);
   // A batch with its first turn generated and submitted; `id_base` keeps its verifier ids apart
-  // from any other batch's still outstanding.
+  // from any other batch's still outstanding. With o.pipeline and !first_turn_now, nothing is
+  // generated yet: finish() decodes the first turn in its loop, so that a failed answer's second
+  // turn runs beside the first turn's longest answers (--async's next batch is made now).
   RolloutBatch start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
-                     const RolloutOptions& o, size_t id_base, RolloutStats* stats);
+                     const RolloutOptions& o, size_t id_base, RolloutStats* stats, bool first_turn_now = true);
   // Collects and generates turn after turn until every trajectory has stopped. `at_first_wait`,
   // if given, runs exactly once: before the first wait for verdicts, or at the end when there
   // was none to wait for.
@@ -163,6 +165,8 @@ class RolloutRunner {
   // the engine has work and released while the loop waits for verdicts with nothing to decode.
   void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                         const std::function<void()>& at_first_wait);
+  // Prompt p's first turn: G samples of one request.
+  gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's
   // feedback. False (stop_reason context_full) when that answer would not fit.
   bool next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const;

@@ -502,7 +502,9 @@ RlResult run_rl(const RlOptions& o) {
       next.reset();
     } else {
       cur = draw(step);
-      cur.batch = runner.start(cur.batch.prompts, tasks, rollout_options(step), id_base(step), &rstats);
+      // Pipelined, its first turn is decoded in finish()'s loop, beside the second turns.
+      cur.batch = runner.start(cur.batch.prompts, tasks, rollout_options(step), id_base(step), &rstats,
+                               /*first_turn_now=*/false);
     }
     cur.batch.opts = rollout_options(step);  // a batch loaded from a checkpoint has none saved
     // --async: the next step's first turn, generated while this step's answers are judged.
