@@ -453,8 +453,9 @@ def test_pipelined_turns(setup):
     """--pipeline-turns: a trajectory's second answer is asked for as soon as its first verdict is
     in, while the other answers are still judged, in one loop over the engine and the verifier.
     The same trajectories, verdicts, rewards, buffer events and update as turn by turn: with
-    --async (the next step's first turn made at the first wait) against the run of
-    test_async_generates_ahead_and_resumes, made again here if that test did not run."""
+    --async (the next step's first turn made whole at the first wait) against the run of
+    test_async_generates_ahead_and_resumes, and without it (every first turn decoded in the
+    loop) against test_rl_steps_reach_every_branch's; each made again here if missing."""
     base = setup[0]
     args = ("--max-steps", "3", "--save-every", "1", "--async")
     ref, out = base / "async", base / "async-pipelined"
@@ -466,8 +467,21 @@ def test_pipelined_turns(setup):
     assert a[0]["rescued_turn2"] == pytest.approx(1 / 4) and a[0]["bdr_added"] == 1
     p = read_jsonl(out / "metrics.jsonl")
     assert p[0]["prefetch_generate_s"] > 0 and p[1]["prefetch_generate_s"] > 0 and p[2]["prefetch_generate_s"] == 0
-    # The trajectories to read are the same, turn for turn.
-    for step in ("step-00000001.jsonl", "step-00000002.jsonl"):
+    assert_same_trajectories(ref, out)
+    # Without --async every step's first turn is decoded in the pipelined loop too, beside the
+    # second turns: against the run of test_rl_steps_reach_every_branch.
+    args = ("--max-steps", "3", "--save-every", "1", "--grad-clip", "0")
+    ref, out = base / "run", base / "run-pipelined"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--pipeline-turns"))
+    assert_same_run(ref, out)
+    assert_same_trajectories(ref, out)
+
+
+def assert_same_trajectories(ref, out):
+    """The trajectories to read are the same, turn for turn."""
+    for step in ("step-00000001.jsonl", "step-00000002.jsonl", "step-00000003.jsonl"):
         def turns(run):
             return sorted((t["problem"], t["sample"], t["repair"], [(x["verdict"], x["answer"]) for x in t["turns"]],
                            t["reward"]) for t in read_jsonl(run / "samples" / step))
