@@ -24,6 +24,17 @@ std::string sample_id(const std::string& tag, const Trajectory& t, int turn) {
   return fmt::format("{}-p{}-g{}-t{}", tag, t.prompt, t.sample, turn);
 }
 
+// A sampled answer, as the engine gave it, continuing `context`.
+TurnRecord sampled(const std::vector<int32_t>& context, const gen::Completion& c) {
+  TurnRecord rec;
+  rec.context = context;
+  rec.tokens = c.tokens;
+  rec.logprobs = c.logprobs;
+  rec.text = c.text;
+  rec.finish_reason = c.finish_reason;
+  return rec;
+}
+
 // A verdict that came while the rollout waited: what MooreEval's work on it was made of.
 void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_began) {
   if (!stats || r.finished_at <= wait_began) return;
@@ -185,13 +196,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     ++generating;
     std::vector<int32_t> context = r.prompt;
     engine_.add(std::move(r), [&, i, context = std::move(context)](int, const gen::Completion& c) {
-      TurnRecord rec;
-      rec.context = context;
-      rec.tokens = c.tokens;
-      rec.logprobs = c.logprobs;
-      rec.text = c.text;
-      rec.finish_reason = c.finish_reason;
-      traj[i].turns.push_back(std::move(rec));
+      traj[i].turns.push_back(sampled(context, c));
       if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
       --generating;
       answered(i);
@@ -226,13 +231,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
       generating += o.group_size;
       engine_.add(std::move(r), [&, p, context = std::move(context)](int sample, const gen::Completion& c) {
         const size_t i = p * static_cast<size_t>(o.group_size) + static_cast<size_t>(sample);
-        TurnRecord rec;
-        rec.context = context;
-        rec.tokens = c.tokens;
-        rec.logprobs = c.logprobs;
-        rec.text = c.text;
-        rec.finish_reason = c.finish_reason;
-        traj[i].turns.push_back(std::move(rec));
+        traj[i].turns.push_back(sampled(context, c));
         if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
         --generating;
         const std::string& key = tasks[b.prompts[p].task].problem->key;
@@ -436,13 +435,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   };
   auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
     Trajectory& t = traj[i];
-    TurnRecord rec;
-    rec.context = context;
-    rec.tokens = comp.tokens;
-    rec.logprobs = comp.logprobs;
-    rec.text = comp.text;
-    rec.finish_reason = comp.finish_reason;
-    t.turns.push_back(std::move(rec));
+    t.turns.push_back(sampled(context, comp));
     const std::string& key = tasks[prompts[t.prompt].task].problem->key;
     if (planted_ && planted_->find(key, o.step, turn, t.sample)) pending_planted.push_back(i);
     else submit(i);
