@@ -367,8 +367,8 @@ std::string compare_runs(const std::vector<std::string>& run_dirs, bool seeds_by
 
 std::string compare_svg(const std::vector<std::string>& run_dirs) {
   MC_CHECK(!run_dirs.empty(), "compare: name at least one bench-model run folder");
-  report::Panel pass{"pass rates by run (x: the runs in the order given, as the table's #) (%)", "run", {}};
-  report::Panel speed{"speed by run (%)", "run", {}};
+  report::Panel pass{"pass rates by run (%)", "run (the table's #, in the order given)", {}};
+  report::Panel speed{"speed by run (%)", "run (the table's #, in the order given)", {}};
   pass.series = {{"pass@1, turn 1", {}, {}}, {"pass@1, last turn", {}, {}}, {"pass@k", {}, {}}, {"avg@k", {}, {}}};
   speed.series = {{"fast_1 vs eager", {}, {}}, {"fast_1 vs torch.compile", {}, {}}, {"Faster", {}, {}}};
   for (size_t i = 0; i < run_dirs.size(); ++i) {

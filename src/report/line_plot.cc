@@ -13,12 +13,14 @@ namespace {
 
 const char* const kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-// About n "nice" tick values (1, 2, 5 x 10^k steps) covering [lo, hi].
-std::vector<double> ticks(double lo, double hi, int n) {
+// About n "nice" tick values (1, 2, 5 x 10^k steps) covering [lo, hi]; whole numbers only
+// where the values are counts (steps, runs).
+std::vector<double> ticks(double lo, double hi, int n, bool whole = false) {
   double span = hi - lo;
   if (!(span > 0)) return {lo};
   double raw = span / n, mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag * (raw / mag < 1.5 ? 1 : raw / mag < 3.5 ? 2 : raw / mag < 7.5 ? 5 : 10);
+  if (whole) step = std::max(step, 1.0);
   std::vector<double> t;
   for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) t.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
   return t;
@@ -77,7 +79,10 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
     y1 += pad;
     auto X = [&](double v) { return L + (v - x0) / (x1 - x0) * iw; };
     auto Y = [&](double v) { return T + ih - (v - y0) / (y1 - y0) * ih; };
-    const std::vector<double> xt = ticks(x0, x1, 6), yt = ticks(y0, y1, 5);
+    bool whole_x = true;  // every x a whole number (steps, runs): no ticks between them
+    for (const auto& se : pn.series)
+      for (double v : se.x) whole_x = whole_x && (!std::isfinite(v) || v == std::round(v));
+    const std::vector<double> xt = ticks(x0, x1, 6, whole_x), yt = ticks(y0, y1, 5);
     const double xs = xt.size() > 1 ? xt[1] - xt[0] : 0, ys = yt.size() > 1 ? yt[1] - yt[0] : 0;
     for (double t : xt)
       s += fmt::format("<line x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\" stroke=\"#ddd\"/><text x=\"{0:.1f}\" y=\"{3}\" "

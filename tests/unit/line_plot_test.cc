@@ -40,3 +40,24 @@ TEST(LinePlot, ANarrowRangeRendersDistinctLabels) {
 
 }  // namespace
 }  // namespace mc::report
+
+namespace mc::report {
+namespace {
+
+// Two runs side by side (`bench-model compare --svg`): ticks at runs 1 and 2 only, not 1.2,
+// 1.4, ...; a measured x keeps its fractional ticks.
+TEST(LinePlot, WholeNumberXGetsWholeNumberTicks) {
+  Panel p;
+  p.title = "pass rates by run (%)";
+  p.x_label = "run";
+  p.series.push_back({"pass@1", {1, 2}, {26.1, 28.3}});
+  std::string svg = render_svg({p});
+  EXPECT_EQ(svg.find(">1.2<"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">1<"), std::string::npos) << svg;
+  EXPECT_NE(svg.find(">2<"), std::string::npos) << svg;
+  p.series[0].x = {1, 1.9};
+  EXPECT_NE(render_svg({p}).find(">1.2<"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace mc::report
