@@ -211,7 +211,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # with --pipeline-turns, from one model over the same problems and seeds, one after the
       # other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
       # RL start (RECIPE_RUN, default /tmp/recipe-run: rft/sft, else sft). PIPE_STEPS (default 3);
-      # PIPE_ARGS replaces the recipe's RL options below.
+      # PIPE_ARGS replaces the recipe's RL options below. PIPE_GPUS (CUDA_VISIBLE_DEVICES) gives
+      # it a GPU of its own, e.g. GPU 1 beside a recipe on GPU 0 (run it with DETACH=NAME).
       R=${RECIPE_RUN:-/tmp/recipe-run}
       m=${PIPE_MODEL:-$(ls -d "$R"/rft/sft/checkpoints/step-* "$R"/sft/checkpoints/step-* 2>/dev/null | head -1)}
       keep=""; [ -f "$R/eval/rl-probe/results.jsonl" ] && keep="--keep-varied=$R/eval/rl-probe/results.jsonl"
@@ -219,7 +220,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       else
         rm -rf /tmp/rl-pipeline
         # shellcheck disable=SC2086
-        python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
+        env ${PIPE_GPUS:+CUDA_VISIBLE_DEVICES=$PIPE_GPUS} python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
           --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" -- \
           ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
           --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
