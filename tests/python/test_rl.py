@@ -314,9 +314,15 @@ def test_async_through_the_service(setup):
     tmp = base / "serve-async"
     tmp.mkdir()
     out = tmp / "run"
+    piped = tmp / "pipelined"
     with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
                         "--timing-budget", "0.1") as url:
         mc(*replaced(rl_args(setup, out, "--max-steps", "3", "--async", "--verifier", url), verify_device=None))
+        # --pipeline-turns through the service: no verdict is ready before it is collected, so
+        # the loop waits for all outstanding ones at once, and the run is the same.
+        mc(*replaced(rl_args(setup, piped, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns"),
+                     verify_device=None))
+    assert_same_trajectories(out, piped)
     a = read_jsonl(out / "metrics.jsonl")
     assert [x["step"] for x in a] == [1, 2, 3]
     assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
