@@ -51,10 +51,12 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
     const Panel& pn = panels[p];
     double ox = (p % columns) * pw, oy = (p / columns) * ph;
     double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+    bool whole_x = true;  // every x drawn a whole number (steps, runs): no ticks between them
     auto ty = [&](double v) { return pn.log_y ? std::log10(std::max(v, 1e-30)) : v; };
     for (const auto& se : pn.series)
       for (size_t i = 0; i < se.x.size(); ++i) {
         if (!std::isfinite(se.y[i]) || (pn.log_y && se.y[i] <= 0)) continue;
+        whole_x = whole_x && (!std::isfinite(se.x[i]) || se.x[i] == std::round(se.x[i]));
         x0 = std::min(x0, se.x[i]);
         x1 = std::max(x1, se.x[i]);
         y0 = std::min(y0, ty(se.y[i]));
@@ -79,9 +81,6 @@ std::string render_svg(const std::vector<Panel>& panels, int columns, int pw, in
     y1 += pad;
     auto X = [&](double v) { return L + (v - x0) / (x1 - x0) * iw; };
     auto Y = [&](double v) { return T + ih - (v - y0) / (y1 - y0) * ih; };
-    bool whole_x = true;  // every x a whole number (steps, runs): no ticks between them
-    for (const auto& se : pn.series)
-      for (double v : se.x) whole_x = whole_x && (!std::isfinite(v) || v == std::round(v));
     const std::vector<double> xt = ticks(x0, x1, 6, whole_x), yt = ticks(y0, y1, 5);
     const double xs = xt.size() > 1 ? xt[1] - xt[0] : 0, ys = yt.size() > 1 ? yt[1] - yt[0] : 0;
     for (double t : xt)

@@ -35,6 +35,14 @@ TurnRecord sampled(const std::vector<int32_t>& context, const gen::Completion& c
   return rec;
 }
 
+// Trajectory i's last answer is a twin of one judged earlier in the batch: that one's verdict,
+// under its own sample id.
+void share_twin_verdict(std::vector<Trajectory>& traj, size_t i, const std::string& tag) {
+  TurnRecord& rec = traj[i].turns.back();
+  rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
+  rec.result.sample_id = sample_id(tag, traj[i], static_cast<int>(traj[i].turns.size()));
+}
+
 // A verdict that came while the rollout waited: what MooreEval's work on it was made of.
 void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_began) {
   if (!stats || r.finished_at <= wait_began) return;
@@ -116,8 +124,6 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
       b.convo.push_back(prompts[p].messages);
     }
   if (first_turn_now || !o.pipeline) generate_turn(b, tasks, stats);
-  else
-    for (size_t p = 0; p < prompts.size(); ++p) first_request(b, p, tasks);  // a prompt too long fails here, as turn by turn
   return b;
 }
 
@@ -147,16 +153,25 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
   int64_t generating = 0;  // answers asked of the engine and not yet sampled
   std::function<void(size_t)> verdict;
+  std::vector<size_t> to_plant;  // answers to replace by planted ones (tests) once the engine step is over
+  // Trajectory i's answer, sampled: to MooreEval, or kept for a planted one.
+  std::function<void(size_t)> answered;
+  auto landed = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
+    traj[i].turns.push_back(sampled(context, c));
+    if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
+    --generating;
+    const int turn = static_cast<int>(traj[i].turns.size());
+    if (planted_ && planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step, turn, traj[i].sample))
+      to_plant.push_back(i);
+    else
+      answered(i);
+  };
   auto pending = [&](std::pair<size_t, int> answer) {
     return judging.count(answer.first) && static_cast<int>(traj[answer.first].turns.size()) == answer.second;
   };
-  auto take_twin = [&](size_t i) {
-    TurnRecord& rec = traj[i].turns.back();
-    rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
-    rec.result.sample_id = sample_id(o.tag, traj[i], static_cast<int>(traj[i].turns.size()));
-  };
+  auto take_twin = [&](size_t i) { share_twin_verdict(traj, i, o.tag); };
   // Trajectory i has a new answer: to MooreEval, or the verdict of its twin or of the memory.
-  auto answered = [&](size_t i) {
+  answered = [&](size_t i) {
     const int turn = static_cast<int>(traj[i].turns.size());
     b.turns = std::max(b.turns, turn);
     ++b.answers;
@@ -182,25 +197,10 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
     if (!next_request(b, i, turn, &r)) return;
-    const std::string& key = tasks[b.prompts[t.prompt].task].problem->key;
-    if (planted_)
-      if (const std::string* text = planted_->find(key, o.step, turn, t.sample)) {
-        TurnRecord rec;
-        rec.context = r.prompt;
-        plant(rec, *text, o.sampling.temperature);
-        t.turns.push_back(std::move(rec));
-        answered(i);
-        return;
-      }
     if (stats && generating > 0) ++stats->asked_while_decoding;
     ++generating;
     std::vector<int32_t> context = r.prompt;
-    engine_.add(std::move(r), [&, i, context = std::move(context)](int, const gen::Completion& c) {
-      traj[i].turns.push_back(sampled(context, c));
-      if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
-      --generating;
-      answered(i);
-    });
+    engine_.add(std::move(r), [&, i, context = std::move(context)](int, const gen::Completion& c) { landed(i, context, c); });
   };
   auto arrived = [&](size_t id, eval::EvalResult r) {
     const size_t i = id - b.id_base;
@@ -223,20 +223,14 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   // Where start() (or a checkpoint) left the batch: no turn yet (the first is decoded here),
   // its last turn being judged, or judged.
   std::vector<size_t> ready;
-  std::vector<size_t> to_plant;  // first answers to replace by planted ones once the engine step is over
   if (b.turns == 0) {
+    std::vector<gen::GenerationRequest> first;  // every prompt checked before any is decoded
+    for (size_t p = 0; p < b.prompts.size(); ++p) first.push_back(first_request(b, p, tasks));
     for (size_t p = 0; p < b.prompts.size(); ++p) {
-      gen::GenerationRequest r = first_request(b, p, tasks);
-      std::vector<int32_t> context = r.prompt;
+      std::vector<int32_t> context = first[p].prompt;
       generating += o.group_size;
-      engine_.add(std::move(r), [&, p, context = std::move(context)](int sample, const gen::Completion& c) {
-        const size_t i = p * static_cast<size_t>(o.group_size) + static_cast<size_t>(sample);
-        traj[i].turns.push_back(sampled(context, c));
-        if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
-        --generating;
-        const std::string& key = tasks[b.prompts[p].task].problem->key;
-        if (planted_ && planted_->find(key, o.step, 1, traj[i].sample)) to_plant.push_back(i);
-        else answered(i);
+      engine_.add(std::move(first[p]), [&, p, context = std::move(context)](int sample, const gen::Completion& c) {
+        landed(p * static_cast<size_t>(o.group_size) + static_cast<size_t>(sample), context, c);
       });
     }
   } else if (!b.collected) {
@@ -282,8 +276,9 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
       engine_.step();
       if (stats) stats->generate_s += since(t0);
       for (size_t i : std::exchange(to_plant, {})) {
-        plant(traj[i].turns.back(), *planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step, 1,
-                                                   traj[i].sample), o.sampling.temperature);
+        plant(traj[i].turns.back(), *planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step,
+                                                   static_cast<int>(traj[i].turns.size()), traj[i].sample),
+              o.sampling.temperature);
         answered(i);
       }
       continue;
@@ -483,11 +478,7 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
       const TurnRecord& rec = traj[where.first].turns[static_cast<size_t>(where.second - 1)];
       if (where.second == b.turns && !rec.reused) b.opts.memory->remember(answer.first, answer.second, rec.result);
     }
-  for (size_t i : b.twins) {
-    TurnRecord& rec = traj[i].turns.back();
-    rec.result = traj[rec.twin_of->first].turns[static_cast<size_t>(rec.twin_of->second - 1)].result;
-    rec.result.sample_id = sample_id(b.opts.tag, traj[i], b.turns);
-  }
+  for (size_t i : b.twins) share_twin_verdict(traj, i, b.opts.tag);
   for (size_t i : b.answering) stop_after_verdict(traj[i], b.opts.max_turns);
   b.collected = true;
 }

@@ -57,22 +57,13 @@ class InProcessVerifier : public Verifier {
     for (size_t id : ids) MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect_any() of id ", id, ", which is not outstanding");
     if (ids.empty()) return {};
     std::vector<size_t> ready;
-    cv_.wait(lock, [&] {
-      ready.clear();
-      for (size_t id : ids)
-        if (done_.count(id)) ready.push_back(id);
-      return !ready.empty();
-    });
+    cv_.wait(lock, [&] { return !(ready = judged(ids)).empty(); });
     return take(done_, outstanding_, ready);
   }
   Results collect_ready(const std::vector<size_t>& ids) override {
     std::lock_guard<std::mutex> lock(mu_);
-    std::vector<size_t> ready;
-    for (size_t id : ids) {
-      MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect_ready() of id ", id, ", which is not outstanding");
-      if (done_.count(id)) ready.push_back(id);
-    }
-    return take(done_, outstanding_, ready);
+    for (size_t id : ids) MC_INTERNAL_ASSERT(outstanding_.count(id), "verifier: collect_ready() of id ", id, ", which is not outstanding");
+    return take(done_, outstanding_, judged(ids));
   }
   std::vector<size_t> outstanding() const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -89,6 +80,14 @@ class InProcessVerifier : public Verifier {
   std::string config_hash() const override { return config_hash_; }
 
  private:
+  // Those of `ids` whose verdict is in (under mu_).
+  std::vector<size_t> judged(const std::vector<size_t>& ids) const {
+    std::vector<size_t> ready;
+    for (size_t id : ids)
+      if (done_.count(id)) ready.push_back(id);
+    return ready;
+  }
+
   eval::EvaluatorOptions opts_;
   std::string config_hash_;
   mutable std::mutex mu_;
