@@ -208,8 +208,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
     rl-pipeline)
       # Issue 15's verification target: bench/rl_pipeline.py runs `train rl` turn by turn, then
-      # with --pipeline-turns, from one model over the same problems and seeds, one after the
-      # other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
+      # with --pipeline-turns, then with --defer-timing too (PIPE_ARMS), from one model over the
+      # same problems and seeds, one after the other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
       # RL start (RECIPE_RUN, default /tmp/recipe-run: rft/sft, else sft). PIPE_STEPS (default 3);
       # PIPE_ARGS replaces the recipe's RL options below. PIPE_GPUS (CUDA_VISIBLE_DEVICES) gives
       # it a GPU of its own, e.g. GPU 1 beside a recipe on GPU 0 (run it with DETACH=NAME).
@@ -221,13 +221,12 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         rm -rf /tmp/rl-pipeline
         # shellcheck disable=SC2086
         env ${PIPE_GPUS:+CUDA_VISIBLE_DEVICES=$PIPE_GPUS} python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
-          --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" -- \
+          --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" ${PIPE_ARMS:+--arms "$PIPE_ARMS"} -- \
           ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
           --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
           --timing-budget 0.1 --lr 1e-6 --seed 1} 2>&1 | tee "$OUT/rl-pipeline.log" || rc=1
-        mkdir -p "$OUT/rl-pipeline"
-        cp /tmp/rl-pipeline/SUMMARY.json /tmp/rl-pipeline/*.log "$OUT/rl-pipeline/" 2>/dev/null
-        for arm in turns pipelined; do cp /tmp/rl-pipeline/$arm/metrics.jsonl "$OUT/rl-pipeline/$arm-metrics.jsonl" 2>/dev/null; done
+        # One file back (a call brings back 8 at most): the summary, each arm's log and metrics.
+        (cd /tmp/rl-pipeline && tar czf "$OUT/rl-pipeline.tgz" SUMMARY.json ./*.log ./*/metrics.jsonl 2>/dev/null)
       fi ;;
     port-roundtrip)
       # Issue 18: the GPU suite's cases (and the synth stage's solutions, when it ran first)

@@ -75,6 +75,13 @@ class Preempted(Exception):
     candidate is judged again later with the GPU to itself (lanes.py). Never a verdict."""
 
 
+class TimingDeferred(Exception):
+    """The candidate passed its trials while the trainer held the timing gate, and its request
+    said `defer_timing`: instead of waiting for the gate with this lane taken (the lane's other
+    candidates, failing ones among them, waiting behind it), the judge gives the candidate
+    back; the caller judges it again, whole, once the gate is open. Never a verdict."""
+
+
 class Verdict(Exception):
     def __init__(self, verdict, reason, rule="", **extra):
         super().__init__(reason)
@@ -782,6 +789,8 @@ class Judge:
             if passed < trials:
                 raise Verdict("incorrect", f"{passed}/{trials} trials matched the reference")
             if req.get("timing", True):
+                if req.get("defer_timing") and self._gate_closed():
+                    raise TimingDeferred(f"{passed}/{trials} trials matched; timing held by the trainer")
                 self._time(req, prob, ref_model, cand, res, dtype, seed)
                 lap("timing")
             res["verdict"], res["stage"] = "ok", "done"
@@ -915,6 +924,10 @@ class Judge:
                 self.out.write(json.dumps({"op": "gate_wait", "waited_s": time.monotonic() - t0}) + "\n")
                 last = time.monotonic()
             time.sleep(0.002)
+
+    def _gate_closed(self):
+        gate = getattr(self.args, "timing_gate", "")
+        return bool(gate) and os.path.exists(gate)
 
     def _enter_gate(self):
         """While timing, this judge holds a marker beside the trainer's gate, so a trainer
@@ -1275,6 +1288,9 @@ def main():
         except Preempted as e:
             print(f"judge: at {time.time():.3f} preempted: {e}", file=sys.stderr, flush=True)
             reply = {"id": rid, "ok": False, "preempted": True, "infra_error": f"preempted: {e}"}
+        except TimingDeferred as e:
+            print(f"judge: at {time.time():.3f} timing deferred: {e}", file=sys.stderr, flush=True)
+            reply = {"id": rid, "ok": False, "deferred": True, "infra_error": f"timing deferred: {e}"}
         except Infra as e:
             reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory}
             out.write(json.dumps(reply) + "\n")

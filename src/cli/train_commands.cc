@@ -29,6 +29,7 @@ struct TrainCommands::Impl {
   double rl_bucket_mb = 128;
   bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
   int compile_workers = 0, spares = 0, lanes = 0;
+  bool defer_timing = false;
   std::string cuda_arch;
   std::vector<std::string> anchor_data;
 };
@@ -140,6 +141,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
               "(verification hides behind generation; which answers share a decode step then depends on when "
               "verdicts come)");
+  l->add_flag("--defer-timing", m.defer_timing,
+              "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
+              "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
@@ -159,7 +163,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--speed-weight", r.eval_config.reward.lambda, "reward weight of the speedup (lambda)")->capture_default_str();
   l->add_option("--speed-cap", r.eval_config.reward.nu_max, "largest paid speedup - 1 (nu_max)")->capture_default_str();
   l->add_option("--cache-dir", m.cache_dir, "compile cache and reference timings");
-  l->add_option("--compile-workers", m.compile_workers, "compile threads (0: half the cores)");
+  l->add_option("--compile-workers", m.compile_workers, "compile threads (0: MUSACODER_COMPILE_WORKERS, else half the cores)");
   l->add_option("--spares", m.spares, "warm candidate processes per judge (0: default)");
   l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: default)");
   l->add_option("--backend", m.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
@@ -221,6 +225,7 @@ std::optional<int> TrainCommands::run() {
     e.compile_workers = m.compile_workers;
     e.spares = m.spares;
     e.lanes = m.lanes;
+    e.defer_timing = m.defer_timing;
     e.cuda_arch = m.cuda_arch;
     e.progress = false;
     e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();

@@ -35,6 +35,7 @@ struct Item {
   Clock::time_point start;
   bool exclusive = false;  // preempted once: judged again with the GPU to itself
   Clock::time_point requeued;
+  int timing_deferrals = 0;  // given back while timing was held (EvaluatorOptions::defer_timing)
   bool compile_ready() const {
     return !prep.compile ||
            compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -57,6 +58,10 @@ struct Evaluator::Impl {
   size_t executing = 0;
   bool stop = false;
   std::string gate;  // the timing gate file ("" : none)
+  bool timing_held = false;  // hold_timing(true) and not yet released; under mu
+  // A candidate given back this often while timing was held waits for the release in its judge,
+  // as without defer_timing: a trainer whose gate opens only for instants cannot make it loop.
+  static constexpr int kMaxTimingDeferrals = 3;
   std::once_flag started;
   std::vector<std::thread> gpu_threads;
 
@@ -83,6 +88,7 @@ struct Evaluator::Impl {
 
   bool may_take(const Item& it) const {
     if (!it.compile_ready()) return false;
+    if (it.timing_deferrals > 0 && timing_held) return false;  // judged again once timing is released
     if (!it.exclusive) return true;
     if (Clock::now() - it.requeued > kAloneAfter) return true;
     if (executing > 0) return false;
@@ -200,16 +206,25 @@ struct Evaluator::Impl {
         }
         go_on = apply_compile(r, co, cfg);
       }
-      if (go_on && !runner.execute(it.cand, it.prep, co, cfg, r, it.exclusive)) {
-        // Preempted: back to the queue, judged again alone once the others have run (may_take).
-        it.exclusive = true;
-        it.requeued = Clock::now();
+      const bool defer = opts.defer_timing && !gate.empty() && it.timing_deferrals < kMaxTimingDeferrals;
+      const auto judged = go_on ? runner.execute(it.cand, it.prep, co, cfg, r, it.exclusive, defer)
+                                : GpuRunner::Judged::kDone;
+      if (judged != GpuRunner::Judged::kDone) {
+        // Preempted: back to the queue, judged again alone once the others have run. Timing
+        // deferred: judged again once timing is released (may_take).
+        if (judged == GpuRunner::Judged::kPreempted) {
+          it.exclusive = true;
+          it.requeued = Clock::now();
+        } else {
+          ++it.timing_deferrals;
+        }
         std::lock_guard lk(mu);
         pending.push_back(std::move(it));
         --executing;
         busy_since.erase({gpu, lane});
         continue;
       }
+      if (it.timing_deferrals > 0) r.judge_details["timing_deferred"] = it.timing_deferrals;
       finish(it);
       std::lock_guard lk(mu);
       --executing;
@@ -294,8 +309,13 @@ void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
 void Evaluator::hold_timing(bool hold) {
   const std::string& gate = impl_->gate;
   MC_CHECK(!gate.empty(), "hold_timing needs an evaluator made with timing_gate");
+  {
+    std::lock_guard lk(impl_->mu);
+    impl_->timing_held = hold;
+  }
   if (!hold) {
     fs::remove(gate);
+    impl_->cv.notify_all();  // candidates given back while it was held may be taken now
     return;
   }
   { std::ofstream(gate) << "held\n"; }

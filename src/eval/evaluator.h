@@ -36,6 +36,12 @@ struct EvaluatorOptions {
                                 // (MUSACODER_EARLY_STANDBY=N overrides)
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
+  // With timing_gate: a candidate that passes its trials while timing is held is given back by
+  // its judge instead of waiting for the release with its lane taken, and is judged again, whole,
+  // once timing is released (at most kMaxTimingDeferrals times, then it waits as without). So
+  // failing candidates behind it get their verdicts while the trainer generates, which is what
+  // `train rl --pipeline-turns` needs; a passing one pays its trials twice.
+  bool defer_timing = false;
 };
 
 class Evaluator {

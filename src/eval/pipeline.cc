@@ -224,13 +224,13 @@ void GpuRunner::warm_up() {
   }
 }
 
-bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                        const EvalConfig& cfg, EvalResult& r, bool exclusive) {
+GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+                                     const EvalConfig& cfg, EvalResult& r, bool exclusive, bool defer_timing) {
   if (start_failures_ >= 3) {  // this GPU's judge cannot start: do not wait for it again
     r.verdict = Verdict::kInfraError;
     r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable (its judge "
                     "failed to start 3 times)";
-    return true;
+    return Judged::kDone;
   }
   nlohmann::json req;
   try {
@@ -238,7 +238,7 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
   } catch (const std::exception& e) {
     r.verdict = Verdict::kInfraError;
     r.infra_error = std::string("preparing the request: ") + e.what();
-    return true;
+    return Judged::kDone;
   }
   // A preempted candidate comes back here alone; why it was sent back rides in infra_error.
   std::string preempted_why;
@@ -246,6 +246,7 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
     req["exclusive"] = true;
     preempted_why = std::exchange(r.infra_error, std::string());
   }
+  if (defer_timing) req["defer_timing"] = true;
   // Infra failures are retried once; a candidate's own failures never are. A judge that died
   // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
@@ -281,18 +282,22 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
           r.judge_details["preempted"] = true;
           r.judge_details["preempted_why"] = preempted_why;
         }
-        return true;
+        return Judged::kDone;
+      }
+      if (reply.value("deferred", false) && defer_timing) {
+        if (exclusive) r.infra_error = preempted_why;  // it still rides with the candidate
+        return Judged::kTimingDeferred;
       }
       if (reply.value("preempted", false) && !req.value("exclusive", false)) {
         r.infra_error = reply.value("infra_error", std::string("preempted"));
-        return false;
+        return Judged::kPreempted;
       }
       r.verdict = Verdict::kInfraError;
       r.infra_error = reply.value("infra_error", std::string("judge failed"));
       if (reply.value("out_of_memory", false)) {
         // Beside other lanes' work the memory may simply have been taken: once more alone. Alone,
         // the same request would fail again.
-        if (opts_.lanes <= 1 || req.value("exclusive", false)) return true;
+        if (opts_.lanes <= 1 || req.value("exclusive", false)) return Judged::kDone;
         req["exclusive"] = true;
         --attempt;  // not counted as the infra retry
         continue;
@@ -302,7 +307,7 @@ bool GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const Co
       r.infra_error = e.what();
     }
   }
-  return true;
+  return Judged::kDone;
 }
 
 }  // namespace mc::eval

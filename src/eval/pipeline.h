@@ -49,13 +49,22 @@ class GpuRunner {
  public:
   explicit GpuRunner(ExecutorOptions opts);
   ~GpuRunner();
-  // `cfg` is the candidate's own (jobs from a queue may each carry a different one).
-  // Returns false when the judge preempted the candidate (another lane waited to time while one
-  // of its trials ran long; r is untouched): the caller runs it again later with `exclusive`,
-  // the GPU to itself, where it cannot be preempted. A judge that ran out of memory beside
-  // other lanes is retried exclusive at once.
-  [[nodiscard]] bool execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                             const EvalConfig& cfg, EvalResult& r, bool exclusive = false);
+  // What became of a candidate handed to the judge.
+  enum class Judged {
+    kDone,       // r holds its result
+    // The judge preempted it (another lane waited to time while one of its trials ran long; r
+    // untouched): the caller runs it again later with `exclusive`, the GPU to itself, where it
+    // cannot be preempted.
+    kPreempted,
+    // With `defer_timing`: it passed its trials while the trainer held timing (r untouched).
+    // The judge gave it back rather than wait for the gate with its lane taken; the caller runs
+    // it again, whole, once timing is released (Evaluator, EvaluatorOptions::defer_timing).
+    kTimingDeferred,
+  };
+  // `cfg` is the candidate's own (jobs from a queue may each carry a different one). A judge
+  // that ran out of memory beside other lanes is retried exclusive at once.
+  [[nodiscard]] Judged execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
+                               const EvalConfig& cfg, EvalResult& r, bool exclusive = false, bool defer_timing = false);
   int gpu() const { return opts_.gpu; }
   // Starts this GPU's judge ahead of the first candidate (a failure is left for execute() to
   // report, as an infra error of the candidate that needs the judge).

@@ -160,7 +160,7 @@ void handle_gpu(Shared& sh, RedisQueue& q, eval::GpuRunner& runner, const Delive
     r.compile_cached = co.cached;
     r.compiled = r.compile_path != "runtime";
     const bool alone = c.value("alone", false);
-    if (!runner.execute(cand, prep, co, job.config, r, alone)) {
+    if (runner.execute(cand, prep, co, job.config, r, alone) == eval::GpuRunner::Judged::kPreempted) {
       // Preempted beside other lanes: judged again alone, after the jobs queued meanwhile.
       q.requeue_alone(d, "GPU " + std::to_string(runner.gpu()) + ": preempted beside other lanes");
       return;

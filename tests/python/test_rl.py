@@ -461,7 +461,8 @@ def test_pipelined_turns(setup):
     The same trajectories, verdicts, rewards, buffer events and update as turn by turn: with
     --async (the next step's first turn made whole at the first wait) against the run of
     test_async_generates_ahead_and_resumes, and without it (every first turn decoded in the
-    loop) against test_rl_steps_reach_every_branch's; each made again here if missing."""
+    loop, and with --defer-timing) against test_rl_steps_reach_every_branch's; each made again
+    here if missing."""
     base = setup[0]
     args = ("--max-steps", "3", "--save-every", "1", "--async")
     ref, out = base / "async", base / "async-pipelined"
@@ -480,7 +481,9 @@ def test_pipelined_turns(setup):
     ref, out = base / "run", base / "run-pipelined"
     if not (ref / "metrics.jsonl").exists():
         mc(*rl_args(setup, ref, *args))
-    mc(*rl_args(setup, out, *args, "--pipeline-turns"))
+    # --defer-timing: a judge gives back an answer that passed while we generate (judged again
+    # once we stop); when verdicts come changes, the trajectories do not.
+    mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing"))
     assert_same_run(ref, out)
     assert_same_trajectories(ref, out)
 

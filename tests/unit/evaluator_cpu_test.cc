@@ -541,6 +541,42 @@ TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
   EXPECT_TRUE(r.candidate_time.has_value());
 }
 
+// With defer_timing, a judge does not sit on a candidate that passed while timing is held: it
+// gives it back and takes the next, so a failing answer queued behind gets its verdict while the
+// trainer still generates (what --pipeline-turns waits for). The passing one is judged again,
+// whole, after the release, and timed (HeldTimingWaitsForTheRelease: without it, the judge waits).
+TEST(EvaluatorCpu, DeferredTimingLetsTheNextCandidateThrough) {
+  ProblemPtr add = case_problem("1_Add");
+  Candidate good = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+  Candidate bad = candidate_from_file(mc::test::cases_dir() + "/cpu/wrong_add.py", add);
+  good.sample_id = "good";
+  bad.sample_id = "bad";
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.timing_gate = true;
+  o.defer_timing = true;
+  o.lanes = 1;
+  Evaluator ev(cfg, o);
+  ev.hold_timing(true);
+  std::promise<EvalResult> got_good, got_bad;
+  auto fg = got_good.get_future(), fb = got_bad.get_future();
+  ev.submit(good, [&](EvalResult r) { got_good.set_value(std::move(r)); });
+  ev.submit(bad, [&](EvalResult r) { got_bad.set_value(std::move(r)); });
+  ASSERT_EQ(fb.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "the failing one waited for the release";
+  EvalResult b = fb.get();
+  EXPECT_EQ(b.verdict, Verdict::kIncorrect) << b.reason << " | " << b.infra_error;
+  EXPECT_EQ(fg.wait_for(std::chrono::seconds(1)), std::future_status::timeout) << "timed while held";
+  ev.hold_timing(false);
+  ASSERT_EQ(fg.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  EvalResult r = fg.get();
+  EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
+  EXPECT_TRUE(r.candidate_time.has_value());
+  EXPECT_EQ(r.judge_details.value("timing_deferred", 0), 1) << r.judge_details.dump();
+  EXPECT_EQ(r.trials_passed, r.trials_total);
+}
+
 // `musacoder selftest` on the CPU: valid re-implementations (float64, another summation order,
 // renamed parameters) accepted on every problem, the negative controls rejected.
 TEST(EvaluatorCpu, SelftestAcceptsValidNumericsAndRejectsNegatives) {
