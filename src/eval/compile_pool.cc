@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <optional>
 #include <regex>
@@ -201,6 +202,16 @@ std::string trim_compiler_log(const std::string& log, size_t max_lines) {
   return valid_utf8(out);
 }
 
+int default_compile_workers() {
+  if (const char* v = std::getenv("MUSACODER_COMPILE_WORKERS"); v && *v) {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    MC_CHECK(*end == '\0' && n >= 1 && n <= 4096, "MUSACODER_COMPILE_WORKERS=", v, ": want a number of compile workers (1 or more)");
+    return static_cast<int>(n);
+  }
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+}
+
 CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)
     : tc_(std::move(toolchain)), opts_(std::move(opts)) {
   MC_CHECK(!opts_.cache_dir.empty(), "compile pool needs a cache folder");
@@ -209,8 +220,7 @@ CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)
   // torch's build facts are kept with the other toolchain artifacts (pch/, shim-bridge/).
   if (tc_.torch_facts_cache.empty())
     tc_.torch_facts_cache = (fs::path(opts_.cache_dir) / "toolchain" / "torch-facts.json").string();
-  int n = opts_.workers > 0 ? opts_.workers
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  int n = opts_.workers > 0 ? opts_.workers : default_compile_workers();
   for (int i = 0; i < n; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 

@@ -61,8 +61,12 @@ struct CompileOutcome {
   std::string error;     // infra: what broke
 };
 
+// MUSACODER_COMPILE_WORKERS where it is set (the recipe sets each stage's share when several
+// run side by side), else half the cores. A value that is not a number >= 1 is an error.
+int default_compile_workers();
+
 struct CompilePoolOptions {
-  int workers = 0;             // 0: half the cores (each job runs two compilers at once)
+  int workers = 0;             // 0: default_compile_workers() (each job runs two compilers at once)
   std::string cache_dir;       // root of the content-addressed cache
   double timeout_s = 600;      // per compiler invocation
   // How long a compiler may run on after it has reported an error. Its verdict is already a

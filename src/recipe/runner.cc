@@ -77,6 +77,13 @@ std::string now_utc() {
   return buf;
 }
 
+// A stage's share of the compile workers when `sharing` stages run at once: the half of the
+// cores that one command would take alone, split between them.
+int compile_share(size_t sharing) {
+  const auto cores = static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
+  return static_cast<int>(std::max<size_t>(1, cores / 2 / sharing));
+}
+
 }  // namespace
 
 std::string last_checkpoint(const std::string& dir) {
@@ -163,19 +170,31 @@ std::vector<std::string> visible_gpus() {
   return out;
 }
 
+namespace {
+
+// A list var's element may itself name a list var (the options every RL arm shares hold
+// {var.rl_pipeline}, itself a list): expanded in turn, so many levels deep at most.
+constexpr int kListDepth = 8;
+
+void expand_into(std::vector<std::string>& out, const std::string& arg, const std::map<std::string, std::string>& values,
+                 const std::string& run_dir, bool check_only, int depth) {
+  auto v = arg.size() > 2 && arg.front() == '{' && arg.back() == '}' ? values.find(arg.substr(1, arg.size() - 2)) : values.end();
+  if (v != values.end() && v->second.rfind(kListMark, 0) == 0) {
+    MC_CHECK(depth < kListDepth, "recipe: list var ", arg, " names list vars more than ", kListDepth,
+             " levels deep (does a list name itself?)");
+    for (const auto& e : split_list(v->second)) expand_into(out, e, values, run_dir, check_only, depth + 1);
+    return;
+  }
+  std::string x = expand(arg, values, run_dir, check_only);
+  if (!x.empty() || arg.empty()) out.push_back(x);  // a placeholder that expands to nothing drops out
+}
+
+}  // namespace
+
 std::vector<std::string> expand_arg(const std::string& arg, const std::map<std::string, std::string>& values,
                                     const std::string& run_dir, bool check_only) {
   std::vector<std::string> out;
-  auto add = [&](const std::string& a) {
-    std::string x = expand(a, values, run_dir, check_only);
-    if (!x.empty() || a.empty()) out.push_back(x);  // a placeholder that expands to nothing drops out
-  };
-  auto v = arg.size() > 2 && arg.front() == '{' && arg.back() == '}' ? values.find(arg.substr(1, arg.size() - 2)) : values.end();
-  if (v != values.end() && v->second.rfind(kListMark, 0) == 0) {
-    for (const auto& e : split_list(v->second)) add(e);
-  } else {
-    add(arg);
-  }
+  expand_into(out, arg, values, run_dir, check_only, 0);
   return out;
 }
 
@@ -300,7 +319,13 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
 
   // One stage's commands in order. Returns "" when they all exit 0, else what went wrong (and
   // records it); `stopped` is set when SIGINT/SIGTERM stopped it.
-  auto run_stage = [&](const RecipeStage* s, bool& stopped, const std::string& on_gpu) -> std::string {
+  // `sharing`: how many stages run at once, this one included. Each of our commands sizes its
+  // compile pool to half the machine's cores as if it had the machine to itself; side by side,
+  // five RL arms on 64 cores (H100 x4, session 34) took 7-10x the solo time to verify a step.
+  // So a stage of a wave gets its share (MUSACODER_COMPILE_WORKERS), unless the caller's
+  // environment or the stage's `env` names one.
+  const char* own_workers = std::getenv("MUSACODER_COMPILE_WORKERS");
+  auto run_stage = [&](const RecipeStage* s, bool& stopped, const std::string& on_gpu, size_t sharing) -> std::string {
     const std::string log = (fs::path(run) / "recipe" / (s->name + ".log")).string();
     {
       std::lock_guard<std::mutex> lock(mu);
@@ -335,6 +360,8 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       so.argv.insert(so.argv.end(), argv.begin(), argv.end());
       so.env_set["MC_RECIPE_LOG"] = log;
       if (!on_gpu.empty()) so.env_set["CUDA_VISIBLE_DEVICES"] = on_gpu;
+      if (sharing > 1 && !(own_workers && *own_workers))
+        so.env_set["MUSACODER_COMPILE_WORKERS"] = std::to_string(compile_share(sharing));
       for (const auto& [k, v] : s->env) so.env_set[k] = expand(v, values, run);
       so.capture_stdout = so.capture_stderr = false;
       Subprocess p(so);
@@ -409,7 +436,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     std::vector<char> stopped(now.size(), 0);
     if (now.size() == 1) {
       bool st = false;
-      errors[0] = run_stage(now[0], st, "");
+      errors[0] = run_stage(now[0], st, "", 1);
       stopped[0] = st;
     } else {
       // Spread over the GPUs, one each in turn; at most per_gpu of them on one GPU at a time.
@@ -424,12 +451,13 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
       fmt::print(stderr, "\n");
       for (size_t first = 0; first < now.size() && !g_stop; first += wave) {
         std::vector<std::thread> threads;
+        const size_t sharing = std::min(now.size(), first + wave) - first;
         for (size_t k = first; k < std::min(now.size(), first + wave); ++k)
-          threads.emplace_back([&, k, first] {
+          threads.emplace_back([&, k, first, sharing] {
             bool st = false;
             const std::string on_gpu = ngpu > 1 ? o.gpus[(k - first) % ngpu] : "";
             try {
-              errors[k] = run_stage(now[k], st, on_gpu);
+              errors[k] = run_stage(now[k], st, on_gpu, sharing);
             } catch (const std::exception& e) {
               errors[k] = str_cat("recipe stage '", now[k]->name, "': ", e.what());
             }

@@ -10,6 +10,7 @@
 //   {var.NAME}       a [vars] value (a recipe's sizes and seeds; --set NAME=VALUE overrides).
 //                    A var that is an array of strings is a list of arguments: an argument
 //                    that is exactly {var.NAME} becomes its elements, each expanded in turn
+//                    (an element that names another list var becomes its elements)
 //                    (the options several stages share, written once); --set NAME="A B" sets
 //                    it to the words of its value. Inside a longer argument it is an error.
 //   {last:DIR}       DIR's newest checkpoint (DIR/checkpoints/step-N); an error if it has none

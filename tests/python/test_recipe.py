@@ -202,8 +202,9 @@ def test_recipe_errors_name_the_stage(tmp_path):
 
 def test_list_vars_become_several_arguments(tmp_path):
     """A [vars] array is a list of arguments written once for several stages: exactly
-    {var.NAME} becomes its elements, each expanded (vars, {run}, an empty one dropped); --set
-    gives it new words; inside a longer argument it is refused before anything runs."""
+    {var.NAME} becomes its elements, each expanded (vars, {run}, an empty one dropped, a list
+    var's elements); --set gives it new words; inside a longer argument it is refused before
+    anything runs."""
     recipe = tmp_path / "r.toml"
     out = tmp_path / "args.txt"
     recipe.write_text('[vars]\nn = 3\nnone = ""\ncommon = ["--n", "{var.n}", "{var.none}", "{run}/x"]\n\n'
@@ -218,6 +219,17 @@ def test_list_vars_become_several_arguments(tmp_path):
     recipe.write_text('[vars]\ncommon = ["-a"]\n\n[[stage]]\nname = "a"\ncommands = [["echo", "x{var.common}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run3", check=False)
     assert r.returncode == 2 and "{var.common} is a list of arguments: it must be a whole argument" in r.stderr, r.stderr
+    # A list inside a list (recipes/small's rl_args holds rl_pipeline): its elements in its place,
+    # none while it is empty; a list that names itself is refused.
+    recipe.write_text('[vars]\ninner = []\nouter = ["a", "{var.inner}", "b"]\n\n'
+                      f'[[stage]]\nname = "a"\ncommands = [["sh", "-c", "printf \'%s|\' \\"$@\\" > {out}", "sh", "{{var.outer}}"]]\n')
+    mc("recipe", recipe, "--out", tmp_path / "run4", "--no-progress")
+    assert open(out).read() == "a|b|"
+    mc("recipe", recipe, "--out", tmp_path / "run5", "--no-progress", "--set", "inner=--p --q")
+    assert open(out).read() == "a|--p|--q|b|"
+    recipe.write_text('[vars]\nouter = ["a", "{var.outer}"]\n\n[[stage]]\nname = "a"\ncommands = [["echo", "{var.outer}"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "run6", check=False)
+    assert r.returncode == 2 and "names list vars more than 8 levels deep" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("name", sorted(os.listdir(os.path.join(ROOT, "recipes"))))
@@ -286,11 +298,13 @@ def test_stages_together_run_at_once(tmp_path):
 def test_together_stages_spread_over_gpus(tmp_path):
     """With several GPUs a group's stages get one each in turn (CUDA_VISIBLE_DEVICES), and
     `together_per_gpu = 1` starts the rest as GPUs come free: the paper's arms, which do not fit
-    beside each other on one H100, run at once on four and one after another on one."""
+    beside each other on one H100, run at once on four and one after another on one. Stages side
+    by side split the compile workers (MUSACODER_COMPILE_WORKERS)."""
     recipe = tmp_path / "r.toml"
     stages = ""
     for name in ("a", "b", "c"):
-        body = (f"echo $CUDA_VISIBLE_DEVICES > {{run}}/{name}.gpu; date +%s.%N > {{run}}/{name}.start; "
+        body = (f"echo $CUDA_VISIBLE_DEVICES > {{run}}/{name}.gpu; echo $MUSACODER_COMPILE_WORKERS > {{run}}/{name}.cw; "
+                f"date +%s.%N > {{run}}/{name}.start; "
                 f"sleep 1; date +%s.%N > {{run}}/{name}.end")
         stages += (f'[[stage]]\nname = "{name}"\ntogether = "arms"\ntogether_per_gpu = 1\n'
                    f'commands = [["sh", "-c", "{body}"]]\n\n')
@@ -321,6 +335,14 @@ def test_together_stages_spread_over_gpus(tmp_path):
        env=dict(os.environ, CUDA_VISIBLE_DEVICES="3"))
     (sa, sb, sc), (ea, eb, ec) = times(run)
     assert max(sa, sb) < min(ea, eb) and sc >= max(ea, eb), "a and b at once, c after"
+    # Side by side, each gets its share of the compile workers (half the cores between them); alone,
+    # the command's own default. A value in the caller's environment is left as it is.
+    share = str(max(1, (os.cpu_count() or 1) // 2 // 2))
+    assert [open(run / f"{n}.cw").read().strip() for n in "abc"] == [share, share, ""]
+    run = tmp_path / "run-two-own"
+    mc("recipe", recipe, "--out", run, "--no-progress", "--together-per-gpu", "2",
+       env=dict(os.environ, CUDA_VISIBLE_DEVICES="3", MUSACODER_COMPILE_WORKERS="5"))
+    assert [open(run / f"{n}.cw").read().strip() for n in "abc"] == ["5", "5", "5"]
     recipe.write_text('[[stage]]\nname = "x"\ntogether_per_gpu = 1\ncommands = [["true"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run2", check=False)
     assert r.returncode == 2 and "'together_per_gpu' belongs to a stage of a `together` group" in r.stderr, r.stderr
