@@ -27,6 +27,9 @@ import time
 
 KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "asked_while_decoding",
         "pass_rate_turn1", "pass_rate_turn2", "pass_rate_turn3", "answers")
+# Kept in SUMMARY.json, not printed: where the wait went (the waited-for answers' compile,
+# trials, timing, ...) and how many decode steps the engine took.
+MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share")
 
 
 def overhead(rows):
@@ -72,7 +75,7 @@ def main():
         rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
         summary["arms"][arm] = {"wall_s": time.time() - t0, "overhead_all": overhead(rows),
                                 "overhead_from_step2": overhead(rows[1:]), "step_s": sum(r["step_s"] for r in rows),
-                                "steps": [{k: r.get(k) for k in ("step",) + KEYS} for r in rows]}
+                                "steps": [{k: r.get(k) for k in ("step",) + KEYS + MORE} for r in rows]}
     if "turns" in summary["arms"]:
         base = summary["arms"]["turns"]["steps"]
         for s in summary["arms"].values():
