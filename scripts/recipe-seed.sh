@@ -3,7 +3,13 @@
 # makes it, and a state.json that lists that stage alone), the one stage whose output is small
 # enough to travel to a fresh GPU machine, where checkpoints are not. scripts/gpu-check.sh
 # (STAGES=recipe) starts an empty run folder from it (RECIPE_SEED, default .kb/recipe-seed.tgz),
-# so the lease starts at corpus.
+# so the lease starts at corpus. Where RFT has sampled and judged, its samples and verdicts
+# travel too (rft/prompts.jsonl, samples.jsonl, samples.meta.json, verified.jsonl; the stage
+# itself stays unfinished): `musacoder rft` reuses samples only when the meta matches (the
+# same model weights, by hash, prompts and sampling) and verdicts only for the same answer text
+# under the same MooreEval settings. Since SFT is bit for bit the same from lease to lease, the
+# next lease's RFT then skips sampling and judging and fine-tunes to the same model, so RL's
+# arms of two leases start from the same checkpoint.
 #
 #   bash scripts/recipe-seed.sh pack RUN OUT.tgz
 #       pack the finished synth stage of RUN (gpu-check does this after every recipe call)
@@ -35,6 +41,10 @@ PY
   cp -r "$run/synth" "$run/synth-eval" "$tmp/"
   [ -d "$run/synth-rl" ] && cp -r "$run/synth-rl" "$tmp/"
   [ -f "$run/recipe/synth.log" ] && cp "$run/recipe/synth.log" "$tmp/recipe/"
+  if [ -f "$run/rft/samples.meta.json" ] && [ -f "$run/rft/verified.jsonl" ]; then
+    mkdir -p "$tmp/rft"
+    cp "$run/rft/prompts.jsonl" "$run/rft/samples.jsonl" "$run/rft/samples.meta.json" "$run/rft/verified.jsonl" "$tmp/rft/"
+  fi
   mkdir -p "$(dirname "$out")"
   tar czf "$out" -C "$tmp" .
   echo "recipe-seed: $out ($(du -h "$out" | cut -f1)) from $run"

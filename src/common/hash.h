@@ -9,6 +9,10 @@ namespace mc {
 // Lower-case hex SHA-256 of `data`. Thread-safe.
 std::string sha256_hex(std::string_view data);
 
+// Lower-case hex SHA-256 of a file's contents, read in pieces (a model's weights). Throws
+// mc::Error naming the file when it cannot be read.
+std::string file_sha256_hex(const std::string& path);
+
 // Builds a key from several parts without ambiguity (each part is length-prefixed).
 class KeyBuilder {
  public:

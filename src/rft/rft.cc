@@ -98,10 +98,21 @@ std::vector<eval::Candidate> sample_answers(const RftOptions& o, const std::vect
     prompts += json{{"id", p.problem->key}, {"messages", {{{"role", "user"}, {"content", p.prompt}}}}}.dump() + "\n";
   write_file_atomic(out / "prompts.jsonl", prompts);
   // What the samples depend on; equal -> the samples of an earlier run are reused.
-  json meta = {{"model", fs::absolute(o.model_dir).string()}, {"prompts", sha256_hex(prompts)}, {"n", o.samples},
+  json meta = {{"prompts", sha256_hex(prompts)}, {"n", o.samples},
                {"temperature", o.temperature}, {"top_p", o.top_p}, {"max_new_tokens", o.max_new_tokens},
                {"seed", o.seed}};
   if (o.loop_window > 0) meta["loop_window"] = o.loop_window;  // only when set: older samples stay reusable
+  // The model is named by its weights (model*.safetensors: a checkpoint's optimizer state is not
+  // the policy), not by its folder: a recipe rerun with other SFT settings writes another model
+  // to the same path, and a recipe seed carries samples to another lease or run folder (the
+  // same model there only if its weights hash the same).
+  json weights = json::object();
+  for (const auto& e : fs::directory_iterator(o.model_dir))
+    if (e.is_regular_file() && e.path().extension() == ".safetensors" && e.path().filename().string().rfind("model", 0) == 0)
+      weights[e.path().filename().string()] = file_sha256_hex(e.path().string());
+  // The weights name the model; a folder without model*.safetensors is named by its path.
+  if (weights.empty()) meta["model"] = fs::absolute(o.model_dir).string();
+  else meta["weights_sha256"] = weights;
   const fs::path samples = out / "samples.jsonl", meta_path = out / "samples.meta.json";
   bool reuse = fs::exists(samples) && fs::exists(meta_path) && json::parse(read_file(meta_path)) == meta;
   if (reuse) {

@@ -3,6 +3,7 @@
 writing what the next reads, and a second run skips what finished. Also the corpus builder's
 drops (duplicates, binaries, KernelBench copies and near-copies), `musacoder-model init`
 against transformers, and the runner's errors. Asserts on artifacts, not on model quality."""
+import hashlib
 import json
 import os
 import subprocess
@@ -108,6 +109,19 @@ def test_tiny_recipe_end_to_end(tmp_path):
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", fresh, "--stages", "synth",
            "--no-progress")
     assert "synth finished before" in r.stderr, r.stderr
+    # RFT's samples and verdicts travel too: the same SFT weights there (training is deterministic
+    # here, as on the H100 with --deterministic), so RFT reuses them, judges nothing, and
+    # fine-tunes to the same model; RL's arms of two leases start from the same checkpoint.
+    assert sorted(os.listdir(fresh / "rft")) == ["prompts.jsonl", "samples.jsonl", "samples.meta.json", "verified.jsonl"]
+    mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", fresh, "--stages",
+       "corpus,tokenizer,init,pretrain,sft,rft", "--no-progress")
+    log = open(fresh / "recipe" / "rft.log").read()
+    assert "rft: reusing" in log and "already judged" in log and ", 0 to judge" in log, log[-2000:]
+
+    def weights(r, d):
+        ck = sorted(os.listdir(r / d / "checkpoints"))[-1]
+        return hashlib.sha256(open(r / d / "checkpoints" / ck / "model.safetensors", "rb").read()).hexdigest()
+    assert weights(fresh, "sft") == weights(run, "sft") and weights(fresh, "rft/sft") == weights(run, "rft/sft")
 
 
 def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):

@@ -2,6 +2,7 @@
 verifier in CPU mode, in process and through a real `musacoder serve` on loopback; diverse
 selection keeps and drops what it should; the dataset trains with `--train`; a stopped run
 reuses its verdicts; sampling from a tiny model through `musacoder-model generate`; clear errors."""
+import hashlib
 import json
 import os
 import shutil
@@ -169,6 +170,14 @@ def test_sampling_from_a_model(setup):
     # The same settings again: the samples are reused, not drawn again.
     r = mc(*args)
     assert "reusing" in r.stderr
+    # They are reused only for the same weights, not only the same folder: the meta names their hash.
+    meta = json.load(open(out / "samples.meta.json"))
+    weights = hashlib.sha256(open(os.path.join(model, "model.safetensors"), "rb").read()).hexdigest()
+    assert meta["weights_sha256"] == {"model.safetensors": weights}, meta
+    meta["weights_sha256"]["model.safetensors"] = "0" * 64  # as if another model had been there
+    (out / "samples.meta.json").write_text(json.dumps(meta))
+    r = mc(*args)
+    assert "reusing" not in r.stderr and "sampling 2 answers" in r.stderr, r.stderr
     # Another slice, without the policy: the samples file is verified; nothing is judged twice.
     r = mc("rft", "--problems", problems, "--samples-from", out / "samples.jsonl", "--out", out, "--device", "cpu",
            "--cache-dir", base / "cache", "--no-progress")
