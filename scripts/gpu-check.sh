@@ -298,6 +298,10 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       else grep -q '^recipe: state in' "$R/recipe-console.log" || rc=1; fi
       cp "$R/recipe-console.log" "$OUT/recipe.log"
       tail -30 "$OUT/recipe.log"
+      # How far each RL run (the arms) has come, for the next call's plan.
+      for m in "$R"/rl*/metrics.jsonl; do
+        [ -f "$m" ] && echo "recipe: $(basename "$(dirname "$m")"): $(grep -c '"reward_mean"' "$m") RL step(s)"
+      done
       # What comes back: the state, reports, curves, stage logs and training metrics (no
       # checkpoints, no corpus), and each checkpoint's weights hash (checkpoint-sha256.txt): two
       # leases' runs with --set deterministic=--deterministic should name the same SFT model.
