@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdlib>
 #include <future>
 #include <optional>
 #include <regex>
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/subprocess.h"
@@ -203,12 +203,7 @@ std::string trim_compiler_log(const std::string& log, size_t max_lines) {
 }
 
 int default_compile_workers() {
-  if (const char* v = std::getenv("MUSACODER_COMPILE_WORKERS"); v && *v) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    MC_CHECK(*end == '\0' && n >= 1 && n <= 4096, "MUSACODER_COMPILE_WORKERS=", v, ": want a number of compile workers (1 or more)");
-    return static_cast<int>(n);
-  }
+  if (auto n = env_count("MUSACODER_COMPILE_WORKERS", 1, "a number of compile workers", 4096)) return static_cast<int>(*n);
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
 }
 

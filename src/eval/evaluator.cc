@@ -16,6 +16,7 @@
 
 #include "common/clock.h"
 #include "common/check.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/hash.h"
 #include "common/progress.h"
@@ -254,12 +255,7 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
   impl_->opts.scratch_dir = fs::absolute(impl_->opts.scratch_dir).string();
   if (const char* v = std::getenv("MUSACODER_STAGGER_LANES"); v && std::string(v) == "0")
     impl_->opts.stagger_lanes = false;
-  if (const char* v = std::getenv("MUSACODER_EARLY_STANDBY"); v && *v) {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    MC_CHECK(*end == '\0' && n >= 0, "MUSACODER_EARLY_STANDBY=", v, ": want a count of lanes (0 or more)");
-    impl_->opts.early_standby = static_cast<int>(n);
-  }
+  if (auto n = env_count("MUSACODER_EARLY_STANDBY", 0, "a count of lanes")) impl_->opts.early_standby = static_cast<int>(*n);
   if (impl_->opts.timing_gate) {
     // One gate per evaluator (several runs may share a cache folder).
     fs::create_directories(impl_->opts.scratch_dir);
