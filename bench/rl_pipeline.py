@@ -5,8 +5,10 @@ Runs `musacoder-model train rl` from one model over the same problems, seeds and
 arm: "turns" (each turn waits for all its verdicts), "pipelined" (--pipeline-turns: a failed
 trajectory's next answer is asked for as soon as its verdict is in) and "pipelined-defer" (with
 --defer-timing too: a judge gives back an answer that passed while the policy generates, rather
-than hold its lane until it may time it). Each run gets its own fresh cache folder, so none finds
-another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
+than hold its lane until it may time it); "async" (--async: the next step's first turn is generated
+while this step's answers are judged, one step off-policy) and "async-defer" (all three). With
+--max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
+run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
 - verify_overhead: the arm's own MooreEval wait over its own generation plus training;
 - overhead_vs_turns: the arm's step time beyond the turn-by-turn arm's generation plus training,
@@ -59,9 +61,14 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     summary = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "model": a.model,
                "problems": a.problems, "steps": a.steps, "extra": extra, "arms": {}}
+    flags = {"turns": [], "pipelined": ["--pipeline-turns"],
+             "pipelined-defer": ["--pipeline-turns", "--defer-timing"], "turns-defer": ["--defer-timing"],
+             "async": ["--async"], "async-defer": ["--async", "--pipeline-turns", "--defer-timing"]}
+    unknown = [arm for arm in a.arms.split(",") if arm not in flags]
+    if unknown:
+        sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
     for arm in a.arms.split(","):
-        flag = {"turns": [], "pipelined": ["--pipeline-turns"],
-                "pipelined-defer": ["--pipeline-turns", "--defer-timing"], "turns-defer": ["--defer-timing"]}[arm]
+        flag = flags[arm]
         out = os.path.join(a.out, arm)
         cmd = [a.musacoder_model, "train", "rl", "--model", a.model, "--problems", a.problems, "--out", out,
                "--cache-dir", os.path.join(a.out, "cache-" + arm), "--max-steps", str(a.steps), "--no-progress",

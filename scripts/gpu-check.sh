@@ -270,6 +270,14 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # call: a later call that comes after that finds a fresh machine (session 25 lost one so).
       R=${RECIPE_RUN:-/tmp/recipe-run}
       mkdir -p "$R"
+      # The corpus's CUTLASS/CuTe source: the nvidia-cutlass wheel carried in .kb/whl (the GPU
+      # machines have no network; `pip download --no-deps nvidia-cutlass==4.2.0 -d .kb/whl`).
+      # Without it the corpus skips that source and says so, and the tokenizer and every model
+      # after it differ from the recorded runs'.
+      if ! python3 -c 'import cutlass_library' 2>/dev/null && ls .kb/whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-cutlass .kb/whl/nvidia_cutlass-*.whl &&
+          export PYTHONPATH=/tmp/site-cutlass${PYTHONPATH:+:$PYTHONPATH} && echo "recipe: nvidia-cutlass from .kb/whl"
+      fi
       [ -z "${RECIPE_SEED:-}" ] && [ -f .kb/recipe-seed.tgz ] && RECIPE_SEED=.kb/recipe-seed.tgz
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
