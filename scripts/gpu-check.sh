@@ -278,7 +278,14 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-cutlass .kb/whl/nvidia_cutlass-*.whl &&
           export PYTHONPATH=/tmp/site-cutlass${PYTHONPATH:+:$PYTHONPATH} && echo "recipe: nvidia-cutlass from .kb/whl"
       fi
-      [ -z "${RECIPE_SEED:-}" ] && [ -f .kb/recipe-seed.tgz ] && RECIPE_SEED=.kb/recipe-seed.tgz
+      # Else the seed committed beside the recipe (recipes/small/seed.tgz), so that a fresh clone's
+      # lease starts at corpus too (a new checkout has no .kb/recipe-seed.tgz).
+      if [ -z "${RECIPE_SEED:-}" ]; then
+        if [ -f .kb/recipe-seed.tgz ]; then RECIPE_SEED=.kb/recipe-seed.tgz
+        elif [ -f "$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz" ]; then
+          RECIPE_SEED=$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz
+        fi
+      fi
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
       fi
