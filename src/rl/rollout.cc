@@ -128,8 +128,9 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
 }
 
 void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                           const std::function<void()>& at_first_wait) {
-  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait);
+                           const std::function<void()>& at_first_wait, RolloutBatch* beside) {
+  MC_CHECK(!beside || b.opts.pipeline, "rollouts: a batch decoded beside another needs pipelined turns");
+  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside);
   bool waited = false;
   for (;;) {
     if (!b.collected) {
@@ -145,7 +146,7 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
 }
 
 void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                                     const std::function<void()>& at_first_wait) {
+                                     const std::function<void()>& at_first_wait, RolloutBatch* beside) {
   const RolloutOptions& o = b.opts;
   std::vector<Trajectory>& traj = b.traj;
   c10::AutoGradMode no_grad(false);
@@ -223,16 +224,24 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   // Where start() (or a checkpoint) left the batch: no turn yet (the first is decoded here),
   // its last turn being judged, or judged.
   std::vector<size_t> ready;
-  if (b.turns == 0) {
-    std::vector<gen::GenerationRequest> first;  // every prompt checked before any is decoded
-    for (size_t p = 0; p < b.prompts.size(); ++p) first.push_back(first_request(b, p, tasks));
-    for (size_t p = 0; p < b.prompts.size(); ++p) {
+  // Batch x's first turn to the engine, every prompt checked before any is decoded; `land`
+  // gets each answer as (trajectory, context, completion).
+  auto add_first_turn = [&](RolloutBatch& x, int64_t& count, auto land) {
+    const size_t g = static_cast<size_t>(x.opts.group_size);
+    std::vector<gen::GenerationRequest> first;
+    for (size_t p = 0; p < x.prompts.size(); ++p) first.push_back(first_request(x, p, tasks));
+    for (size_t p = 0; p < first.size(); ++p) {
       std::vector<int32_t> context = first[p].prompt;
-      generating += o.group_size;
-      engine_.add(std::move(first[p]), [&, p, context = std::move(context)](int sample, const gen::Completion& c) {
-        landed(p * static_cast<size_t>(o.group_size) + static_cast<size_t>(sample), context, c);
+      count += static_cast<int64_t>(g);
+      engine_.add(std::move(first[p]), [land, p, g, context = std::move(context)](int sample, const gen::Completion& c) {
+        land(p * g + static_cast<size_t>(sample), context, c);
       });
     }
+  };
+  if (b.turns == 0) {
+    add_first_turn(b, generating, [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
+      landed(i, context, c);
+    });
   } else if (!b.collected) {
     for (size_t i : b.answering)
       if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) judging.insert(i);
@@ -252,6 +261,34 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     verdict(i);
   }
 
+  // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
+  // MooreEval as they land, as generate_turn's would; their verdicts are the next finish()'s.
+  int64_t beside_generating = 0;
+  std::vector<size_t> beside_to_plant;
+  auto beside_submit = [&](size_t i) {
+    if (submit_answer(*beside, i, 1, tasks) == Judged::kTwin) beside->twins.push_back(i);
+  };
+  auto beside_key = [&](size_t i) -> const std::string& {
+    return tasks[beside->prompts[beside->traj[i].prompt].task].problem->key;
+  };
+  if (beside) {
+    MC_INTERNAL_ASSERT(beside->turns == 0 && beside->collected, "rollouts: the batch decoded beside has begun already");
+    add_first_turn(*beside, beside_generating, [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
+      beside->traj[i].turns.push_back(sampled(context, c));
+      if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
+      --beside_generating;
+      if (planted_ && planted_->find(beside_key(i), beside->opts.step, 1, beside->traj[i].sample))
+        beside_to_plant.push_back(i);
+      else
+        beside_submit(i);
+    });
+    beside->turns = 1;
+    beside->collected = false;
+    beside->answering.clear();
+    beside->twins.clear();
+    for (size_t i = 0; i < beside->traj.size(); ++i) beside->answering.push_back(i);
+  }
+
   bool held = false, waited = false;
   auto hold = [&](bool h) {
     if (o.hold_judges && h != held) verifier_.hold(h);
@@ -266,7 +303,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   for (;;) {
     if (!judging.empty())
       for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(id, std::move(r));
-    if (generating > 0) {  // the judges may not time while our kernels run
+    if (generating > 0 || beside_generating > 0) {  // the judges may not time while our kernels run
       if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
         auto th = Clock::now();
         hold(true);
@@ -280,6 +317,11 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
                                                    static_cast<int>(traj[i].turns.size()), traj[i].sample),
               o.sampling.temperature);
         answered(i);
+      }
+      for (size_t i : std::exchange(beside_to_plant, {})) {
+        plant(beside->traj[i].turns.back(), *planted_->find(beside_key(i), beside->opts.step, 1, beside->traj[i].sample),
+              beside->opts.sampling.temperature);
+        beside_submit(i);
       }
       continue;
     }
@@ -301,6 +343,10 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   }
   hold(false);
   MC_INTERNAL_ASSERT(twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
+  if (beside) {
+    beside->answers += static_cast<int64_t>(beside->answering.size());
+    beside->twin_answers += static_cast<int64_t>(beside->twins.size());
+  }
   if (!waited && at_first_wait) at_first_wait();
   for (auto& t : traj)
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";

@@ -149,9 +149,13 @@ class RolloutRunner {
                      const RolloutOptions& o, size_t id_base, RolloutStats* stats, bool first_turn_now = true);
   // Collects and generates turn after turn until every trajectory has stopped. `at_first_wait`,
   // if given, runs exactly once: before the first wait for verdicts, or at the end when there
-  // was none to wait for.
+  // was none to wait for. `beside` (with b.opts.pipeline; --async): another batch, fresh from
+  // start(..., first_turn_now=false), whose first turn is decoded in the same loop, beside this
+  // batch's turns, each answer going to MooreEval as it lands. finish() returns once this batch
+  // has stopped and `beside`'s first turn is sampled, which leaves `beside` as
+  // start(..., first_turn_now=true) would: turn 1 submitted, its verdicts not collected.
   void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-              const std::function<void()>& at_first_wait = {});
+              const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr);
   // One step of each: the next turn for every trajectory still going (false: none), and the
   // wait for its verdicts.
   bool generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats);
@@ -164,7 +168,7 @@ class RolloutRunner {
   // as it comes and asks for that trajectory's next answer at once. The judges are held while
   // the engine has work and released while the loop waits for verdicts with nothing to decode.
   void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                        const std::function<void()>& at_first_wait);
+                        const std::function<void()>& at_first_wait, RolloutBatch* beside);
   // Prompt p's first turn: G samples of one request.
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's

@@ -329,7 +329,9 @@ RlResult run_rl(const RlOptions& o) {
   // Cache slots for the sequences a step can decode at once (this rank's prompts x the group;
   // later turns have fewer), not --max-batch's 256: at 16k positions that is 17 GB of cache
   // where 4 would do. A power of two, so the engine's batch buckets stay the same.
-  const int64_t per_rank = (o.prompts_per_step + dist.world() - 1) / dist.world() * o.group_size;
+  // With --async --pipeline-turns the next step's first turn is decoded beside this step's: twice.
+  const int64_t per_rank = (o.prompts_per_step + dist.world() - 1) / dist.world() * o.group_size *
+                           (o.async && o.pipeline_turns ? 2 : 1);
   eo.max_batch = std::min<int64_t>(o.max_batch, gen::slots_for(per_rank));
   eo.max_seq_len = o.max_seq_len;
   eo.cuda_graphs = o.cuda_graphs;
@@ -507,16 +509,25 @@ RlResult run_rl(const RlOptions& o) {
                                /*first_turn_now=*/false);
     }
     cur.batch.opts = rollout_options(step);  // a batch loaded from a checkpoint has none saved
-    // --async: the next step's first turn, generated while this step's answers are judged.
+    // --async: the next step's first turn, generated while this step's answers are judged: turn
+    // by turn, whole, at this step's first wait; pipelined, decoded from the start beside this
+    // step's turns, in the same loop (prefetch_generate_s is then 0: the engine's steps serve both).
+    const bool prefetching = o.async && step + 1 < sched.total_steps;
+    if (prefetching && o.pipeline_turns) {
+      StepRollouts n = draw(step + 1);
+      n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats,
+                             /*first_turn_now=*/false);
+      next = std::move(n);
+    }
     auto prefetch = [&] {
-      if (!o.async || step + 1 >= sched.total_steps) return;
+      if (!prefetching || o.pipeline_turns) return;
       auto t = Clock::now();
       StepRollouts n = draw(step + 1);
       n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats);
       next = std::move(n);
       prefetch_s = since(t);
     };
-    runner.finish(cur.batch, tasks, &rstats, prefetch);
+    runner.finish(cur.batch, tasks, &rstats, prefetch, prefetching && o.pipeline_turns ? &next->batch : nullptr);
     const std::vector<RolloutPrompt>& mine = cur.batch.prompts;
     const std::vector<size_t>& global_index = cur.global_index;
     std::vector<Trajectory>& traj = cur.batch.traj;
