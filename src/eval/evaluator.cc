@@ -1,5 +1,6 @@
 #include "eval/evaluator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -287,7 +288,10 @@ const EvalConfig& Evaluator::config() const { return impl_->cfg; }
 
 void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
   Impl& m = *impl_;
-  Item it{std::move(c), {}, {}, std::move(done), Clock::now()};
+  Item it;
+  it.cand = std::move(c);
+  it.done = std::move(done);
+  it.start = Clock::now();
   it.prep = prepare_candidate(it.cand, m.cfg, m.opts.skip_static);
   if (it.prep.done) {
     m.finish(it);
@@ -375,9 +379,15 @@ std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& prob
   std::vector<nlohmann::json> out(problems.size());
   std::atomic<size_t> next{0};
   std::mutex done_mu;
-  auto worker = [&](int gpu) {
+  // Timed, a probe has its GPU to itself: one per GPU. Untimed (the CPU, or compile-only
+  // synth), probes are independent reference runs: several per device, the host's share of
+  // compile workers (default_compile_workers, at most 16), each judge in a scratch folder of
+  // its own. Session 35's synth spent 413 s probing 1,158 problems one at a time on 64 cores.
+  const int per_device = m.cfg.timing ? 1 : std::clamp(default_compile_workers(), 1, 16);
+  auto worker = [&](int gpu, int k) {
     ExecutorOptions eo = m.executor_options(gpu);
     eo.spares = 0;  // probes run no candidates
+    if (k > 0) eo.scratch_dir += "-probe" + std::to_string(k);
     Executor exec(eo);
     for (size_t i; (i = next.fetch_add(1)) < problems.size();) {
       nlohmann::json req = {{"op", "probe"},
@@ -404,7 +414,8 @@ std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& prob
     }
   };
   std::vector<std::thread> threads;
-  for (int gpu : m.opts.gpus) threads.emplace_back(worker, gpu);
+  for (int gpu : m.opts.gpus)
+    for (int k = 0; k < std::min<int>(per_device, static_cast<int>(problems.size())); ++k) threads.emplace_back(worker, gpu, k);
   for (auto& t : threads) t.join();
   return out;
 }

@@ -445,8 +445,10 @@ TEST(TaskSet, PromptsFollowTheBackendAndRowsOfAnotherAreRefused) {
 }
 
 // The validity probe (the judge's reference execution, here on the CPU) rejects each planted
-// invalid program with its reason and keeps the valid one.
+// invalid program with its reason and keeps the valid one. Untimed, three judges probe at once
+// (MUSACODER_COMPILE_WORKERS=3), each answer landing on its own problem.
 TEST(Validity, ProbeRejectsPlantedInvalidPrograms) {
+  setenv("MUSACODER_COMPILE_WORKERS", "3", 1);
   std::vector<mc::eval::ProblemPtr> probs;
   std::vector<std::string> want;
   for (const auto& f : mc::test::case_files("synth/planted")) {
@@ -458,6 +460,7 @@ TEST(Validity, ProbeRejectsPlantedInvalidPrograms) {
   mc::eval::Evaluator ev(cfg, cpu_evaluator("probe"));
   size_t called = 0;
   auto res = ev.probe(probs, 0.1, [&](size_t) { ++called; });
+  unsetenv("MUSACODER_COMPILE_WORKERS");
   EXPECT_EQ(called, probs.size());
   SynthOptions so;
   for (size_t i = 0; i < probs.size(); ++i) {
