@@ -97,7 +97,9 @@ TEST(CompilePool, ACompilerStuckAfterItsErrorsIsStopped) {
       EXPECT_NE(out->log.find("it was stopped"), std::string::npos) << out->log;
     }
   }
-  EXPECT_LT(s, 120) << "the limit is 900 s";
+  // Well under the limit, with room for the real-headers tier on a loaded 2-core machine (a full
+  // CI run beside the other compile tests took 122 s here).
+  EXPECT_LT(s, 300) << "the limit is 900 s";
 }
 
 TEST(CompilePool, CpuTorchExtension) {
