@@ -280,10 +280,10 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       fi
       # Else the seed committed beside the recipe (recipes/small/seed.tgz), so that a fresh clone's
       # lease starts at corpus too (a new checkout has no .kb/recipe-seed.tgz).
+      committed_seed=$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz
       if [ -z "${RECIPE_SEED:-}" ]; then
         if [ -f .kb/recipe-seed.tgz ]; then RECIPE_SEED=.kb/recipe-seed.tgz
-        elif [ -f "$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz" ]; then
-          RECIPE_SEED=$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz
+        elif [ -f "$committed_seed" ]; then RECIPE_SEED=$committed_seed
         fi
       fi
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then

@@ -513,21 +513,20 @@ RlResult run_rl(const RlOptions& o) {
     // by turn, whole, at this step's first wait; pipelined, decoded from the start beside this
     // step's turns, in the same loop (prefetch_generate_s is then 0: the engine's steps serve both).
     const bool prefetching = o.async && step + 1 < sched.total_steps;
-    if (prefetching && o.pipeline_turns) {
+    const bool beside = prefetching && o.pipeline_turns;
+    auto draw_next = [&](bool first_turn_now) {
       StepRollouts n = draw(step + 1);
-      n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats,
-                             /*first_turn_now=*/false);
+      n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats, first_turn_now);
       next = std::move(n);
-    }
+    };
+    if (beside) draw_next(/*first_turn_now=*/false);
     auto prefetch = [&] {
-      if (!prefetching || o.pipeline_turns) return;
+      if (!prefetching || beside) return;
       auto t = Clock::now();
-      StepRollouts n = draw(step + 1);
-      n.batch = runner.start(n.batch.prompts, tasks, rollout_options(step + 1), id_base(step + 1), &rstats);
-      next = std::move(n);
+      draw_next(/*first_turn_now=*/true);
       prefetch_s = since(t);
     };
-    runner.finish(cur.batch, tasks, &rstats, prefetch, prefetching && o.pipeline_turns ? &next->batch : nullptr);
+    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr);
     const std::vector<RolloutPrompt>& mine = cur.batch.prompts;
     const std::vector<size_t>& global_index = cur.global_index;
     std::vector<Trajectory>& traj = cur.batch.traj;
