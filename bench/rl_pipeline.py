@@ -6,7 +6,8 @@ arm: "turns" (each turn waits for all its verdicts), "pipelined" (--pipeline-tur
 trajectory's next answer is asked for as soon as its verdict is in) and "pipelined-defer" (with
 --defer-timing too: a judge gives back an answer that passed while the policy generates, rather
 than hold its lane until it may time it); "async" (--async: the next step's first turn is generated
-while this step's answers are judged, one step off-policy) and "async-defer" (all three). With
+while this step's answers are judged, one step off-policy) and "async-defer" (all three), and "async-defer-eager" (as async-defer, each answer prefilled the moment it is
+asked for: --admit-together 1). With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
@@ -17,7 +18,9 @@ two measures per arm, over all steps and over steps 2 and on:
   like with like. Issue 15's target is <= 0.25.
 A third span, "steady" (steps 2 to N-1, with N >= 3), is what a long run sees: under --async the
 first step also makes the second's first turn, and the last makes none, so only the middle steps
-hold one step's work each with the pipeline full.
+hold one step's work each with the pipeline full. Per token (the steady span's step time per
+answer token, against turn by turn's generation and training per answer token): the arms'
+rollouts part after step 1, and one with more failed answers has more turns to make.
 
   python3 bench/rl_pipeline.py --musacoder-model build/musacoder-model --model SFT_DIR \
       --problems synth-rl/problems.jsonl --out /tmp/rl-pipeline --steps 3 -- --level 1 ...
@@ -34,7 +37,8 @@ KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "
         "pass_rate_turn1", "pass_rate_turn2", "pass_rate_turn3", "answers")
 # Kept in SUMMARY.json, not printed: where the wait went (the waited-for answers' compile,
 # trials, timing, ...) and how many decode steps the engine took.
-MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share")
+MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
+        "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean")
 
 
 def overhead(rows):
@@ -48,6 +52,20 @@ def overhead_vs(rows, base):
     pairs = [(r, by[r["step"]]) for r in rows if r["step"] in by]
     gen = sum(b["generate_s"] + b["train_s"] for _, b in pairs)
     return (sum(r["step_s"] for r, _ in pairs) - gen) / gen if gen else None
+
+
+def tokens(r):
+    return (r.get("answer_tokens_mean") or 0) * (r.get("answers") or 0)
+
+
+def overhead_vs_per_token(rows, base):
+    """As overhead_vs, per token answered: the arms' rollouts part after step 1 (their policies
+    and so their failures and turns differ), and a step with more answers takes longer."""
+    t, tb = sum(tokens(r) for r in rows), sum(tokens(b) for b in base)
+    gen = sum(b["generate_s"] + b["train_s"] for b in base)
+    if not (t and tb and gen):
+        return None
+    return (sum(r["step_s"] for r in rows) / t) / (gen / tb) - 1
 
 
 def main():
@@ -66,7 +84,10 @@ def main():
                "problems": a.problems, "steps": a.steps, "extra": extra, "arms": {}}
     flags = {"turns": [], "pipelined": ["--pipeline-turns"],
              "pipelined-defer": ["--pipeline-turns", "--defer-timing"], "turns-defer": ["--defer-timing"],
-             "async": ["--async"], "async-defer": ["--async", "--pipeline-turns", "--defer-timing"]}
+             "async": ["--async"], "async-defer": ["--async", "--pipeline-turns", "--defer-timing"],
+             # async-defer with each answer admitted (prefilled) the moment it is asked for, as
+             # before --admit-together: its prefill calls against async-defer's.
+             "async-defer-eager": ["--async", "--pipeline-turns", "--defer-timing", "--admit-together", "1"]}
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
@@ -92,6 +113,8 @@ def main():
             s["overhead_vs_turns_all"] = overhead_vs(s["steps"], base)
             s["overhead_vs_turns_from_step2"] = overhead_vs(s["steps"][1:], base)
             s["overhead_vs_turns_steady"] = overhead_vs(s["steps"][1:-1], base) if len(s["steps"]) >= 3 else None
+            s["overhead_vs_turns_per_token_steady"] = (overhead_vs_per_token(s["steps"][1:-1], base[1:-1])
+                                                       if len(s["steps"]) >= 3 else None)
     print(f"{'arm':<10} {'step':>4} " + " ".join(f"{k[:14]:>14}" for k in KEYS))
     for arm, s in summary["arms"].items():
         for r in s["steps"]:
@@ -102,7 +125,7 @@ def main():
         print(f"{arm}: verify_overhead over all steps {f(s['overhead_all'])}, from step 2 {f(s['overhead_from_step2'])}; "
               f"against turn by turn's generation and training {f(s.get('overhead_vs_turns_all'))}, from step 2 "
               f"{f(s.get('overhead_vs_turns_from_step2'))}, steady (steps 2 to N-1) "
-              f"{f(s.get('overhead_vs_turns_steady'))}; steps {s['step_s']:.1f} s, {s['wall_s']:.0f} s in all")
+              f"{f(s.get('overhead_vs_turns_steady'))}, per token steady {f(s.get('overhead_vs_turns_per_token_steady'))}; steps {s['step_s']:.1f} s, {s['wall_s']:.0f} s in all")
     with open(os.path.join(a.out, "SUMMARY.json"), "w") as fh:
         json.dump(summary, fh, indent=1)
 

@@ -60,6 +60,7 @@ struct ModelCommands::Impl {
        no_compact_slots = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
+  int arrive_every = 0, admit_together = 1, admit_wait_steps = 0;
   std::string stats_file;
 
   // score
@@ -124,6 +125,16 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_flag("--no-graph-sampling", m.no_graph_sampling,
                   "sample outside the decode step's CUDA graph (the engine before 2026-11-25: for comparisons)");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
+  m.gen->add_option("--arrive-every", m.arrive_every,
+                    "requests reach the engine one at a time, one every N engine steps, as a server's "
+                    "or RL's pipelined turns' do (0: all at once)")
+      ->check(CLI::NonNegativeNumber);
+  m.gen->add_option("--admit-together", m.admit_together,
+                    "while sequences decode, hold waiting requests until this many can be prefilled in one call "
+                    "(for at most --admit-wait-steps engine steps)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  m.gen->add_option("--admit-wait-steps", m.admit_wait_steps, "see --admit-together (0: admit at once)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
   m.gen->add_flag("--stream", m.stream, "write each sample as it finishes (completion order), not at the end in prompt order");
   m.gen->add_option("--stats", m.stats_file, "write throughput and memory as JSON here");
@@ -248,6 +259,8 @@ int ModelCommands::Impl::run_generate() {
   eo.graph_sampling = !no_graph_sampling;
   eo.compact_slots = !no_compact_slots;
   eo.decode_attention = decode_attention;
+  eo.admit_together = admit_together;
+  eo.admit_wait_steps = admit_wait_steps;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
   std::vector<size_t> req_item;  // reqs[k] answers items[req_item[k]]
@@ -298,7 +311,28 @@ int ModelCommands::Impl::run_generate() {
     ProgressBar bar("generate (tokens)", budget, !no_progress);
     gen::GenerationEngine::CompletionCallback on_complete;
     if (stream) on_complete = [&](size_t k, int j, const gen::Completion& c) { write_row(req_item[k], j, c); };
-    results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); }, on_complete);
+    if (arrive_every == 0) {
+      results = engine.generate(reqs, [&](int64_t k) { bar.advance(k); }, on_complete);
+    } else {  // the caller's own loop: one more request every arrive_every engine steps
+      results.resize(reqs.size());
+      size_t next = 0, done = 0, total = 0;
+      for (size_t k = 0; k < reqs.size(); ++k) {
+        results[k].resize(static_cast<size_t>(reqs[k].params.n));
+        total += static_cast<size_t>(reqs[k].params.n);
+      }
+      for (int64_t steps = 0; done < total; ++steps) {
+        if (next < reqs.size() && steps % arrive_every == 0) {
+          engine.add(reqs[next], [&, k = next](int j, const gen::Completion& c) {
+            bar.advance(static_cast<int64_t>(c.tokens.size()));
+            if (on_complete) on_complete(k, j, c);
+            results[k][static_cast<size_t>(j)] = c;
+            ++done;
+          });
+          ++next;
+        }
+        engine.step();
+      }
+    }
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!stream)
@@ -318,7 +352,8 @@ int ModelCommands::Impl::run_generate() {
   if (!stats_file.empty()) {
     json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
-           {"decode_steps", st.decode_steps}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},
+           {"decode_steps", st.decode_steps}, {"prefill_calls", st.prefill_calls},
+           {"admissions_held", st.admissions_held}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},
            {"decode_rows_total", st.decode_rows},
            {"step_wall_ms_total", st.step_wall_ms}, {"decode_gpu_ms_total", st.decode_gpu_ms},
            {"sample_gpu_ms_total", st.sample_gpu_ms}, {"peak_reserved_gib", peak ? peak->second : 0.0},

@@ -141,6 +141,13 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
               "(verification hides behind generation; which answers share a decode step then depends on when "
               "verdicts come)");
+  l->add_option("--admit-together", r.admit_together,
+                "with --pipeline-turns: the engine holds answers asked for one by one until this many are "
+                "prefilled in one call (1: each at once)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  l->add_option("--admit-wait-steps", r.admit_wait_steps,
+                "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");

@@ -64,6 +64,7 @@ struct GenerationEngine::Impl {
   std::vector<std::unique_ptr<Seq>> running;  // by slot
   int64_t num_running = 0;
   std::deque<std::shared_ptr<Pending>> waiting;
+  int held_steps = 0;  // steps admission has held the waiting requests back (admit_together)
   std::vector<int32_t> eos;
   at::Tensor tokens_buf, pos_buf, logits_buf;
   // A decode step's inputs, staged on the host (pinned on CUDA) and copied to the device in two
@@ -185,14 +186,25 @@ struct GenerationEngine::Impl {
     {
       std::lock_guard<std::mutex> lock(mu);
       int64_t slots = free_slots.size(), longest = 0;
-      while (!waiting.empty()) {
-        auto& p = waiting.front();
+      size_t fit = 0;  // the waiting requests one prefill call takes, from the front
+      for (; fit < waiting.size(); ++fit) {
+        const auto& p = waiting[fit];
         int64_t len = p->req.prompt.size();
-        int64_t rows = batch.size() + 1, L = std::max(longest, len);
-        if (p->req.params.n > slots || (!batch.empty() && rows * L > opts.prefill_tokens)) break;
+        int64_t rows = static_cast<int64_t>(fit) + 1, L = std::max(longest, len);
+        if (p->req.params.n > slots || (fit > 0 && rows * L > opts.prefill_tokens)) break;
         slots -= p->req.params.n;
         longest = L;
-        batch.push_back(std::move(p));
+      }
+      // Held: everything waiting fits, too few of them, others are decoding, not held too long.
+      if (fit > 0 && fit == waiting.size() && static_cast<int>(fit) < opts.admit_together && num_running > 0 &&
+          held_steps < opts.admit_wait_steps) {
+        ++held_steps;
+        ++stats.admissions_held;
+        return false;
+      }
+      held_steps = 0;
+      for (size_t k = 0; k < fit; ++k) {
+        batch.push_back(std::move(waiting.front()));
         waiting.pop_front();
       }
     }
@@ -430,6 +442,7 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.decode_steps = b.decode_steps - a.decode_steps;
   d.prefill_calls = b.prefill_calls - a.prefill_calls;
   d.graphs_captured = b.graphs_captured - a.graphs_captured;
+  d.admissions_held = b.admissions_held - a.admissions_held;
   d.decode_rows = b.decode_rows - a.decode_rows;
   d.decode_span = b.decode_span - a.decode_span;
   d.slot_moves = b.slot_moves - a.slot_moves;
@@ -443,6 +456,8 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
 GenerationEngine::GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts)
     : opts_(opts) {
   MC_CHECK(opts.max_batch > 0, "max batch must be positive");
+  MC_CHECK(opts.admit_together >= 1 && opts.admit_wait_steps >= 0, "admit together (", opts.admit_together,
+           ") must be at least 1 and admit wait steps (", opts.admit_wait_steps, ") at least 0");
   MC_CHECK(opts.max_seq_len > 1 && opts.max_seq_len <= model.config().max_position_embeddings, "max sequence length ",
            opts.max_seq_len, " must be in [2, max_position_embeddings = ", model.config().max_position_embeddings, "]");
   impl_ = std::make_unique<Impl>(model, tokenizer, opts, stats_);

@@ -67,10 +67,20 @@ struct EngineOptions {
   // batch bucket (a power of two over the highest slot in use), so the step's work follows the
   // sequences still running: a turn's tail is often a few long answers in high slots.
   bool compact_slots = true;
+  // Admitting prompts one call at a time costs a prefill call each (launches and a sync, ~the
+  // same for one prompt as for eight), and stalls every running sequence for it. A caller whose
+  // requests arrive one by one while others decode (RL's pipelined turns: each verdict asks for
+  // one more answer) may hold them: while sequences are running and fewer than admit_together
+  // requests wait (all of which fit), admission waits, for at most admit_wait_steps decode
+  // steps, so that they are prefilled together. 0 steps: each is admitted at once. Sampling is
+  // per sequence (its seed and position), so when a sequence starts does not change its tokens.
+  int admit_together = 1;
+  int admit_wait_steps = 0;
 };
 
 struct EngineStats {
   int64_t prompt_tokens = 0, generated_tokens = 0, decode_steps = 0, prefill_calls = 0, graphs_captured = 0;
+  int64_t admissions_held = 0;  // engine steps that held waiting requests back (admit_together)
   // Summed over decode steps: the sequences decoded (running rows; the padded batch may be
   // larger) and the cache positions each attended to (the span, the longest sequence's).
   int64_t decode_rows = 0, decode_span = 0;

@@ -335,6 +335,10 @@ RlResult run_rl(const RlOptions& o) {
   eo.max_batch = std::min<int64_t>(o.max_batch, gen::slots_for(per_rank));
   eo.max_seq_len = o.max_seq_len;
   eo.cuda_graphs = o.cuda_graphs;
+  if (o.pipeline_turns) {
+    eo.admit_together = o.admit_together;
+    eo.admit_wait_steps = o.admit_wait_steps;
+  }
   gen::GenerationEngine engine(model, &tok, eo);
   RolloutRunner runner(engine, model, tok, *verifier, o.planted.empty() ? nullptr : &planted);
 
@@ -842,6 +846,8 @@ RlResult run_rl(const RlOptions& o) {
                 {"gen_model_gpu_ms", ratio(gd.decode_gpu_ms, static_cast<double>(gd.decode_steps))},
                 {"gen_sample_gpu_ms", ratio(gd.sample_gpu_ms, static_cast<double>(gd.decode_steps))},
                 {"gen_prefill_s", gd.prefill_wall_ms / 1e3},
+                {"gen_prefill_calls", static_cast<double>(gd.prefill_calls)},
+                {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
                 {"epoch", epoch + static_cast<double>(index) / static_cast<double>(tasks.size())}};

@@ -84,6 +84,12 @@ struct RlOptions {
   // Turns 2 and on pipelined (RolloutOptions::pipeline): a trajectory's next answer is asked for
   // as soon as its verdict is in, so its verification hides behind other answers' decoding.
   bool pipeline_turns = false;
+  // With pipeline_turns, answers are asked for one by one as verdicts come: the engine holds
+  // them (gen::EngineOptions::admit_together) until this many can be prefilled in one call, for
+  // at most admit_wait_steps decode steps. Each prefill call otherwise stalls every running
+  // sequence (session 36 on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
+  int admit_together = 8;
+  int admit_wait_steps = 16;
   bool grad_checkpoint = false;
   // Anchor set (SFT-format JSONL, e.g. SFT's held-out data): its mean token loss is measured
   // before the first step and every `anchor_every` steps after the update (anchor_loss and

@@ -123,6 +123,30 @@ def test_continuous_batching_gives_the_same_tokens(models, tmp_path):
     assert any(r["finish_reason"] == "stop" and r["tokens"][-1] == stop for r in big)
 
 
+def test_held_admissions_give_the_same_tokens(models, tmp_path):
+    """Requests that reach the engine one at a time while others decode (--arrive-every, as RL's
+    pipelined turns ask for answers) are held until three can be prefilled in one call
+    (--admit-together), for at most four steps: fewer prefill calls, the same tokens as one big
+    batch, since a sequence's sampling depends on its seed and position, not on when it starts."""
+    d, ref, _ = models["qwen2"]
+    prompts = prompts_for(ref.config.vocab_size, (3, 30, 8, 21, 5, 12), seed=6)
+    pf = write_jsonl(tmp_path / "p.jsonl", [{"prompt_ids": p} for p in prompts])
+    common = ["--model", d, "--device", "cpu", "--prompts", pf, "--temperature", "0.9", "--seed", "7", "--n", "2",
+              "--max-new-tokens", "30", "--ignore-eos", "--no-progress"]
+    runs = {"all": [], "arriving": ["--arrive-every", "2"],
+            "held": ["--arrive-every", "2", "--admit-together", "3", "--admit-wait-steps", "4"]}
+    for name, extra in runs.items():
+        mc("generate", *common, *extra, "--out", str(tmp_path / f"{name}.jsonl"), "--stats", str(tmp_path / f"{name}.json"))
+    tokens = {name: [r["tokens"] for r in read_jsonl(tmp_path / f"{name}.jsonl")] for name in runs}
+    assert tokens["arriving"] == tokens["all"] and tokens["held"] == tokens["all"]
+    stats = {name: json.load(open(tmp_path / f"{name}.json")) for name in runs}
+    # Arrivals at steps 0, 2, ..., 10: the first at once (nothing runs), then 1-3 and 4-5 together.
+    assert stats["arriving"]["prefill_calls"] == 6 and stats["arriving"]["admissions_held"] == 0
+    assert stats["held"]["prefill_calls"] == 3 and stats["held"]["admissions_held"] == 8, stats["held"]
+    r = mc("generate", *common, "--admit-together", "0", check=False)
+    assert r.returncode != 0 and "--admit-together" in r.stderr
+
+
 def test_loops_stop_early(models, tmp_path):
     """--stop-loops W ends a sequence once its last W tokens are one block of at most W/4 tokens
     repeated (finish_reason "loop"), keeping what it had sampled; a longer block is left alone.

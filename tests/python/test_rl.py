@@ -479,6 +479,10 @@ def test_pipelined_turns(setup):
     p = read_jsonl(out / "metrics.jsonl")
     # No separate prefetch: the engine's steps served both steps' answers.
     assert all(x["prefetch_generate_s"] == 0 for x in p)
+    # Answers asked for one by one are held to be prefilled together (--admit-together 8 by
+    # default with --pipeline-turns; test_model.py::test_held_admissions_give_the_same_tokens
+    # shows the tokens do not change): the engine's counts are in every row.
+    assert all(x["gen_prefill_calls"] >= 1 and x["gen_admissions_held"] >= 0 for x in p)
     assert_same_trajectories(ref, out, later_text=False)
     r = mc(*rl_args(setup, killed, *args, "--pipeline-turns", "--exit-after-step", "2"), check=False)
     assert r.returncode != 0
