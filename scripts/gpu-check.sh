@@ -297,6 +297,26 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
           --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 2 \
           >> "$R/gpu-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi.pid"
       fi
+      # The host beside them (host-samples.csv: timestamp, 1-minute load, CPU busy % over the
+      # last 2 s, available memory in MiB), and every 30 s its ten busiest processes
+      # (host-top.log): sessions 34 and 36 saw five RL arms wait 7-15x longer for MooreEval than
+      # one alone, with the GPUs 10-15% busy, and nothing to say what the host was doing.
+      if ! { [ -f "$R/host.pid" ] && kill -0 "$(cat "$R/host.pid")" 2>/dev/null; }; then
+        setsid bash -c 'n=0; prev=""
+          while :; do
+            read -r _ u ni sy id io irq sirq st _ < /proc/stat
+            t=$((u + ni + sy + id + io + irq + sirq + st)); busy=$((t - id - io))
+            if [ -n "$prev" ]; then
+              set -- $prev
+              echo "$(date -u +%FT%TZ),$(cut -d" " -f1 /proc/loadavg),$(( (busy - $2) * 100 / (t - $1 > 0 ? t - $1 : 1) )),$(awk "/MemAvailable/{print int(\$2/1024)}" /proc/meminfo)"
+            fi
+            prev="$t $busy"
+            if [ $((n % 15)) -eq 0 ]; then
+              { date -u +%FT%TZ; ps -eo pcpu,rss,etimes,comm --sort=-pcpu | head -11; } >> "$1/host-top.log"
+            fi
+            n=$((n + 1)); sleep 2
+          done' host "$R" >> "$R/host-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/host.pid"
+      fi
       if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
         echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
       else
@@ -325,7 +345,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
         report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json synth-r[l]/report.json tokenizer/tokenizer.json \
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
-        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv checkpoint-sha256.txt 2>/dev/null)
+        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv host-samples.csv host-top.log checkpoint-sha256.txt 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true ;;
     synth)
