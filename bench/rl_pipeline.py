@@ -38,7 +38,7 @@ KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "
 # Kept in SUMMARY.json, not printed: where the wait went (the waited-for answers' compile,
 # trials, timing, ...) and how many decode steps the engine took.
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
-        "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean")
+        "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s")
 
 
 def overhead(rows):

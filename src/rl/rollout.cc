@@ -20,6 +20,15 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
+// Adds the seconds from its making to its end to *into (when set): a function's time, on every return.
+struct AddTime {
+  double* into;
+  Clock::time_point t0 = Clock::now();
+  ~AddTime() {
+    if (into) *into += since(t0);
+  }
+};
+
 std::string sample_id(const std::string& tag, const Trajectory& t, int turn) {
   return fmt::format("{}-p{}-g{}-t{}", tag, t.prompt, t.sample, turn);
 }
@@ -176,7 +185,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     const int turn = static_cast<int>(traj[i].turns.size());
     b.turns = std::max(b.turns, turn);
     ++b.answers;
-    switch (submit_answer(b, i, turn, tasks)) {
+    switch (submit_answer(b, i, turn, tasks, stats)) {
       case Judged::kSubmitted: judging.insert(i); break;
       case Judged::kReused: verdict(i); break;
       case Judged::kTwin:
@@ -197,7 +206,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     if (!t.stop_reason.empty()) return;
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
-    if (!next_request(b, i, turn, &r)) return;
+    if (!next_request(b, i, turn, &r, stats)) return;
     if (stats && generating > 0) ++stats->asked_while_decoding;
     ++generating;
     std::vector<int32_t> context = r.prompt;
@@ -266,7 +275,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   int64_t beside_generating = 0;
   std::vector<size_t> beside_to_plant;
   auto beside_submit = [&](size_t i) {
-    if (submit_answer(*beside, i, 1, tasks) == Judged::kTwin) beside->twins.push_back(i);
+    if (submit_answer(*beside, i, 1, tasks, stats) == Judged::kTwin) beside->twins.push_back(i);
   };
   auto beside_key = [&](size_t i) -> const std::string& {
     return tasks[beside->prompts[beside->traj[i].prompt].task].problem->key;
@@ -367,7 +376,8 @@ gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_
   return r;
 }
 
-bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const {
+bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r, RolloutStats* stats) const {
+  AddTime timed{stats ? &stats->ask_s : nullptr};
   Trajectory& t = b.traj[i];
   const TurnRecord& last = t.turns.back();
   b.convo[i].push_back({"assistant", last.text});
@@ -388,7 +398,9 @@ bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::Gener
 // judged again: it gets that verdict. Verification costs less, and identical answers get the
 // same score, where timing noise would otherwise give them different rewards and so advantages
 // with no cause in the policy (a memorizing model samples many twins).
-RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks) {
+RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks,
+                                                   RolloutStats* stats) {
+  AddTime timed{stats ? &stats->submit_s : nullptr};
   const RolloutOptions& o = b.opts;
   Trajectory& t = b.traj[i];
   const synth::Task& task = tasks[b.prompts[t.prompt].task];
@@ -459,7 +471,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
     for (size_t i = 0; i < traj.size(); ++i) {
       if (!traj[i].stop_reason.empty()) continue;
       gen::GenerationRequest r;
-      if (!next_request(b, i, turn, &r)) continue;
+      if (!next_request(b, i, turn, &r, stats)) continue;
       reqs.push_back(std::move(r));
       served.push_back({i});
     }
@@ -472,7 +484,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   // Generate; each sampled answer goes to MooreEval at once (planted ones after generation).
   std::vector<size_t> pending_planted;
   auto submit = [&](size_t i) {
-    if (submit_answer(b, i, turn, tasks) == Judged::kTwin) b.twins.push_back(i);
+    if (submit_answer(b, i, turn, tasks, stats) == Judged::kTwin) b.twins.push_back(i);
   };
   auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
     Trajectory& t = traj[i];

@@ -110,6 +110,10 @@ struct RolloutStats {
   // RolloutOptions::pipeline: later answers asked for while the engine was decoding others
   // (their verdict's wait hidden behind that decoding).
   int64_t asked_while_decoding = 0;
+  // Host work on the rollout's thread, between engine steps or inside them (an answer lands in
+  // the engine's completion callback): handing answers to MooreEval (extraction, static checks,
+  // the compile's submission) and making later turns' prompts (the conversation tokenized again).
+  double submit_s = 0, ask_s = 0;
 };
 
 // One step's prompts and trajectories, and how far they have got: `turns` turns generated,
@@ -173,10 +177,10 @@ class RolloutRunner {
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's
   // feedback. False (stop_reason context_full) when that answer would not fit.
-  bool next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r) const;
+  bool next_request(RolloutBatch& b, size_t i, int turn, gen::GenerationRequest* r, RolloutStats* stats) const;
   // How the answer just recorded on trajectory i gets its verdict.
   enum class Judged { kSubmitted, kTwin, kReused };
-  Judged submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks);
+  Judged submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks, RolloutStats* stats);
   // A planted answer (tests) in place of the sampled one, with the policy's log-probabilities.
   void plant(TurnRecord& rec, const std::string& text, float temperature) const;
 

@@ -832,6 +832,10 @@ RlResult run_rl(const RlOptions& o) {
                 {"wait_answers", rstats.wait_answers},
                 {"wait_work_s", rstats.wait_work_s},
                 {"asked_while_decoding", rstats.asked_while_decoding},
+                // Host work of the rollout loop (RolloutStats): answers handed to MooreEval
+                // (inside generation: they land in the engine's callbacks) and later turns' prompts.
+                {"submit_s", rstats.submit_s},
+                {"ask_s", rstats.ask_s},
                 {"prefetch_generate_s", prefetch_s},
                 // What waiting for MooreEval adds to generation and training (issue target: <= 0.25).
                 {"verify_overhead", ratio(rstats.verify_wait_s, rstats.generate_s + train_s)},
@@ -885,6 +889,8 @@ RlResult run_rl(const RlOptions& o) {
            {{"name", "prefill"}, {"s", gd.prefill_wall_ms / 1e3}, {"of", "generate"}},
            {{"name", "between decode steps (taking tokens, answers to MooreEval)"},
             {"s", std::max(0.0, gen_s - decode_s - gd.prefill_wall_ms / 1e3)}, {"of", "generate"}},
+           {{"name", "answers handed to MooreEval (extraction, static checks, compile submitted)"},
+            {"s", rstats.submit_s}, {"of", "generate"}},
            {{"name", "waiting for MooreEval"}, {"s", rstats.verify_wait_s}},
            {{"name", "train"}, {"s", train_s}},
            {{"name", "rest of the step (rewards, advantages, bookkeeping)"},

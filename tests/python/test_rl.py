@@ -107,7 +107,7 @@ def without_timing(row):
     # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
             "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
-            "asked_while_decoding"}
+            "asked_while_decoding", "submit_s", "ask_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -483,6 +483,9 @@ def test_pipelined_turns(setup):
     # default with --pipeline-turns; test_model.py::test_held_admissions_give_the_same_tokens
     # shows the tokens do not change): the engine's counts are in every row.
     assert all(x["gen_prefill_calls"] >= 1 and x["gen_admissions_held"] >= 0 for x in p)
+    # The rollout loop's host work: every step handed answers to MooreEval; later turns' prompts
+    # were made for the trajectories that failed (test_rl_steps_reach_every_branch's plan).
+    assert all(x["submit_s"] > 0 and x["ask_s"] >= 0 for x in p) and any(x["ask_s"] > 0 for x in p)
     assert_same_trajectories(ref, out, later_text=False)
     r = mc(*rl_args(setup, killed, *args, "--pipeline-turns", "--exit-after-step", "2"), check=False)
     assert r.returncode != 0
