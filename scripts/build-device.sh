@@ -31,6 +31,14 @@ mkdir -p build-device/redis
 cp -L "$(command -v redis-server)" build-device/redis/
 bundle build-device/redis/redis-server build-device/redis/lib
 du -sh build-device/musacoder build-device/lib build-device/redis
+# The corpus's CUTLASS/CuTe source for recipes/small on the GPU machines (no network there):
+# the nvidia-cutlass wheel in .kb/whl, which scripts/gpu-check.sh installs under /tmp. Needs
+# network once; without it the recipe's corpus skips that source and says so.
+if ! ls .kb/whl/nvidia_cutlass-4.2.0*.whl >/dev/null 2>&1; then
+  grep -qx '/.kb/' .git/info/exclude 2>/dev/null || echo /.kb/ >> .git/info/exclude
+  python3 -m pip download -q --no-deps nvidia-cutlass==4.2.0 -d .kb/whl \
+    || echo "build-device: could not download nvidia-cutlass 4.2.0 into .kb/whl (the corpus will skip CUTLASS/CuTe)"
+fi
 # What travels to the GPU machine (the device tool carries at most 64 MiB): the binary and the
 # bundled libraries, without the build tree.
 rm -rf build-device-dist && mkdir -p build-device-dist

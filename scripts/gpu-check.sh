@@ -271,7 +271,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       R=${RECIPE_RUN:-/tmp/recipe-run}
       mkdir -p "$R"
       # The corpus's CUTLASS/CuTe source: the nvidia-cutlass wheel carried in .kb/whl (the GPU
-      # machines have no network; `pip download --no-deps nvidia-cutlass==4.2.0 -d .kb/whl`).
+      # machines have no network; scripts/build-device.sh downloads it there).
       # Without it the corpus skips that source and says so, and the tokenizer and every model
       # after it differ from the recorded runs'.
       if ! python3 -c 'import cutlass_library' 2>/dev/null && ls .kb/whl/nvidia_cutlass-*.whl >/dev/null 2>&1; then
