@@ -58,8 +58,14 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
   ++stats->wait_answers;
   stats->wait_work_s["compile"] += r.compile_s;
   if (r.exec_stages.is_object())
-    for (const auto& [stage, sec] : r.exec_stages.items())
+    for (const auto& [stage, sec] : r.exec_stages.items()) {
       if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
+      // Where the trials' time went: the judge's reference and float64 truth runs, sharing the
+      // inputs, the candidate's run (and its own parts, cand_*), reading outputs, the checks.
+      if (stage == "trial_parts" && sec.is_object())
+        for (const auto& [part, s] : sec.items())
+          if (s.is_number()) stats->wait_work_s["trials." + part] += s.get<double>();
+    }
 }
 
 // Whether a trajectory stops after its last answer's verdict (and why).
