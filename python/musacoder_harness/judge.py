@@ -658,6 +658,10 @@ class Judge:
         stage_s["take"] += take_s  # the process was taken before the gate (_evaluate_in_lane)
         res["candidate_process"] = "forked" if isinstance(cand, ForkedCandidateProc) else "started"
         ready = cand.ready or {}
+        # How long this candidate's process took to start (imports, its CUDA context, ...): off
+        # the path when it started as a spare, but what a crowded host stretches first.
+        if isinstance(ready.get("parts_s"), dict):
+            res["candidate_start_parts_s"] = dict(ready["parts_s"], total=ready.get("startup_s", 0.0))
         print(f"judge: at {time.time():.3f} took a candidate process requested "
               f"{cand.ready_at - cand.started:.3f} s before "
               f"(its start took {ready.get('startup_s', 0):.3f} s: {json.dumps(ready.get('parts_s', {}))})",

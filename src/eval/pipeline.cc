@@ -197,6 +197,8 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
   r.exec_stages = j.value("stage_s", nlohmann::json());
   if (r.exec_stages.is_object() && j.contains("trial_parts_s") && j["trial_parts_s"].is_object())
     r.exec_stages["trial_parts"] = j["trial_parts_s"];  // where correctness-trial time went
+  if (r.exec_stages.is_object() && j.contains("candidate_start_parts_s") && j["candidate_start_parts_s"].is_object())
+    r.exec_stages["start_parts"] = j["candidate_start_parts_s"];  // how its process started (often ahead, as a spare)
   if (r.exec_stages.is_object() && j.value("timing_retries", 0) > 0)
     r.exec_stages["timing_retries"] = j["timing_retries"];  // a busy host stretched the clock
   if (r.exec_stages.is_object() && j.contains("candidate_process"))

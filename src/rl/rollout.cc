@@ -62,9 +62,11 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
       if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
       // Where the trials' time went: the judge's reference and float64 truth runs, sharing the
       // inputs, the candidate's run (and its own parts, cand_*), reading outputs, the checks.
-      if (stage == "trial_parts" && sec.is_object())
+      // ... and how its candidate process started (imports, CUDA context; ahead of time for a spare).
+      const char* prefix = stage == "trial_parts" ? "trials." : stage == "start_parts" ? "start." : nullptr;
+      if (prefix && sec.is_object())
         for (const auto& [part, s] : sec.items())
-          if (s.is_number()) stats->wait_work_s["trials." + part] += s.get<double>();
+          if (s.is_number()) stats->wait_work_s[prefix + part] += s.get<double>();
     }
 }
 

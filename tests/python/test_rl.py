@@ -154,6 +154,8 @@ def test_rl_steps_reach_every_branch(setup):
     assert s1["wait_work_s"].get("trials", 0) > 0, s1["wait_work_s"]
     # ... and the trials' parts: the judge's reference runs and the candidate's own.
     assert s1["wait_work_s"].get("trials.reference", 0) > 0 and s1["wait_work_s"].get("trials.candidate", 0) > 0, s1
+    # ... and how their candidate processes started (imports, ...), ahead of time as spares.
+    assert s1["wait_work_s"].get("start.total", 0) > 0 and "start.imports" in s1["wait_work_s"], s1["wait_work_s"]
     # Sampling slips: a random tiny model gives almost every token of any answer p < 0.1.
     assert s1["turn1_low_prob_per_1000"] > 500, s1["turn1_low_prob_per_1000"]
     for r in rows:
