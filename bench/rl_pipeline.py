@@ -6,8 +6,9 @@ arm: "turns" (each turn waits for all its verdicts), "pipelined" (--pipeline-tur
 trajectory's next answer is asked for as soon as its verdict is in) and "pipelined-defer" (with
 --defer-timing too: a judge gives back an answer that passed while the policy generates, rather
 than hold its lane until it may time it); "async" (--async: the next step's first turn is generated
-while this step's answers are judged, one step off-policy) and "async-defer" (all three), and "async-defer-eager" (as async-defer, each answer prefilled the moment it is
-asked for: --admit-together 1). With
+while this step's answers are judged, one step off-policy), "async-defer" (all three) and
+"async-defer-eager" (as async-defer, each answer prefilled the moment it is asked for:
+--admit-together 1). With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:

@@ -60,9 +60,10 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
   if (r.exec_stages.is_object())
     for (const auto& [stage, sec] : r.exec_stages.items()) {
       if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();
-      // Where the trials' time went: the judge's reference and float64 truth runs, sharing the
-      // inputs, the candidate's run (and its own parts, cand_*), reading outputs, the checks.
-      // ... and how its candidate process started (imports, CUDA context; ahead of time for a spare).
+      // The parts of two stages: where the trials' time went (the judge's reference and float64
+      // truth runs, sharing the inputs, the candidate's run and its own cand_* parts, reading
+      // outputs, the checks), and how the candidate's process started (imports, its CUDA
+      // context, ...; ahead of time for a spare).
       const char* prefix = stage == "trial_parts" ? "trials." : stage == "start_parts" ? "start." : nullptr;
       if (prefix && sec.is_object())
         for (const auto& [part, s] : sec.items())

@@ -103,8 +103,9 @@ struct RolloutStats {
   int64_t generated_tokens = 0;
   // What the wait was made of: the answers whose verdict came after it began (by the result's
   // finished_at), and their MooreEval work in seconds by stage ("compile", and the judge's own
-  // stages: "take", "load", "trials", "timing", ...; and the trials' parts as "trials.reference",
-  // "trials.candidate", ...). Lanes work in parallel, so these are work
+  // stages: "take", "load", "trials", "timing", ...; the trials' parts as "trials.reference",
+  // "trials.candidate", ...; the candidate process's start-up as "start.imports", ...,
+  // "start.total"). Lanes work in parallel, so these are work
   // seconds, not wall: they say which stage the tail of a step consists of.
   int64_t wait_answers = 0;
   std::map<std::string, double> wait_work_s;
