@@ -299,7 +299,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       fi
       # The host beside them (host-samples.csv: timestamp, 1-minute load, CPU busy % over the
       # last 2 s, available memory in MiB), and every 30 s its ten busiest processes
-      # (host-top.log): sessions 34 and 36 saw five RL arms wait 7-15x longer for MooreEval than
+      # (host-top.log, with thread counts and the last second's top): sessions 34 and 36 saw five RL arms wait 7-15x longer for MooreEval than
       # one alone, with the GPUs 10-15% busy, and nothing to say what the host was doing.
       if ! { [ -f "$R/host.pid" ] && kill -0 "$(cat "$R/host.pid")" 2>/dev/null; }; then
         setsid bash -c 'n=0; prev=""
@@ -312,7 +312,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
             fi
             prev="$t $busy"
             if [ $((n % 15)) -eq 0 ]; then
-              { date -u +%FT%TZ; ps -eo pcpu,rss,etimes,comm --sort=-pcpu | head -11; } >> "$1/host-top.log"
+              # ps: CPU % over each process lifetime, and its thread count; top: the last second alone
+              { date -u +%FT%TZ; ps -eo pcpu,nlwp,rss,etimes,comm --sort=-pcpu | head -11
+                top -b -c -n 2 -d 1 -w 200 2>/dev/null | awk "/^top -/{f++} f==2" | head -24; } >> "$1/host-top.log"
             fi
             n=$((n + 1)); sleep 2
           done' host "$R" >> "$R/host-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/host.pid"

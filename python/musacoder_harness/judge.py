@@ -629,7 +629,8 @@ class Judge:
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
         from .transport import describe, describe_value, open_tensor, share_value
         res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
-               "torch_version": torch.__version__, "compile_path": "pool", "lane": lane}
+               "torch_version": torch.__version__, "compile_path": "pool", "lane": lane,
+               "cpu_threads": torch.get_num_threads()}
         dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
         seed = int(req.get("seed", 42))
         trials = int(req.get("trials", 5))

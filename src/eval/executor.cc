@@ -1,11 +1,13 @@
 #include "eval/executor.h"
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <vector>
 
 #include "common/check.h"
+#include "common/env.h"
 #include "common/fs.h"
 #include "common/gpus.h"
 
@@ -29,6 +31,12 @@ std::string visible_gpu(int gpu) {
 int default_lanes(const std::string& device, int requested) {
   if (requested > 0) return requested;
   return device == "cpu" ? 1 : 4;
+}
+
+int default_judge_threads(const std::string& device, int compile_workers, int judges) {
+  if (auto n = env_count("MUSACODER_JUDGE_THREADS", 1, "a number of CPU threads per judge", 4096)) return static_cast<int>(*n);
+  if (device == "cpu") return 0;
+  return std::max(1, compile_workers / std::max(1, judges));
 }
 
 Executor::Executor(ExecutorOptions opts) : opts_(std::move(opts)) {}
@@ -78,6 +86,8 @@ void Executor::start() {
   o.env_set["PYTHONUNBUFFERED"] = "1";
   o.env_set["PYTHONDONTWRITEBYTECODE"] = "1";
   if (opts_.device != "cpu") o.env_set["CUDA_VISIBLE_DEVICES"] = visible_gpu(opts_.gpu);
+  if (opts_.cpu_threads > 0)  // torch reads them at start; spares and candidates inherit them
+    o.env_set["OMP_NUM_THREADS"] = o.env_set["MKL_NUM_THREADS"] = std::to_string(opts_.cpu_threads);
   o.pipe_stdin = true;
   o.stderr_file = (fs::path(opts_.scratch_dir) / "judge.log").string();
   judge_ = std::make_unique<Subprocess>(o);

@@ -29,6 +29,9 @@ struct ExecutorOptions {
   // number of lanes, which divides the free memory a judge plans with.
   std::string gpu_lock;
   int lanes = 1;
+  // torch's CPU threads in the judge and its candidate processes (OMP_NUM_THREADS); 0: torch's
+  // own default, a thread per core in every process (default_judge_threads).
+  int cpu_threads = 0;
   // A standby judge starts no candidate process until its first request (a lane that is
   // started but judges only while the GPU's working lanes are all held up; evaluator.cc).
   bool standby = false;
@@ -44,6 +47,14 @@ std::string visible_gpu(int gpu);
 // Judges per GPU: correctness trials of several candidates run at once (a hanging candidate
 // holds one lane, not the GPU); on the CPU (tests) one.
 int default_lanes(const std::string& device, int requested);
+
+// torch's CPU threads per judge (and per candidate process of it): MUSACODER_JUDGE_THREADS where
+// set; else on a GPU the evaluator's share of the cores (its compile workers, half the cores
+// alone or what the recipe runner gives a stage beside others) split among its `judges`; on the
+// CPU 0, torch's default, since there the judge's own work is the computing. Without a cap every
+// judge, spare and candidate process sizes its pool to every core: five RL arms on one 64-core
+// host ran some 100 such processes.
+int default_judge_threads(const std::string& device, int compile_workers, int judges);
 
 // Warm candidate processes a judge keeps: starting one (Python, torch, a CUDA context, the
 // legality tools) takes seconds, a candidate about one, so a GPU needs several ready.

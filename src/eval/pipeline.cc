@@ -207,7 +207,7 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
   for (const char* k : {"tolerance", "truth_on", "param_redraw", "memory_plan", "trial_limits_s",
                         "judge_peak_mem_bytes", "timing_sets_used", "lane", "timing_overhead_us",
                         "timing_open_s", "timing_wall_us_per_iter", "timing_spares_wait_s",
-                        "timing_quiesce_s", "timing_spares_paused", "trims", "trimmed_bytes"})
+                        "timing_quiesce_s", "timing_spares_paused", "trims", "trimmed_bytes", "cpu_threads"})
     if (j.contains(k) && !j[k].is_null()) r.judge_details[k] = j[k];
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";

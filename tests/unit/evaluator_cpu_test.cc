@@ -319,6 +319,20 @@ TEST(Executor, GpuIndicesFollowCudaVisibleDevices) {
   unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+// A judge's torch threads: on a GPU the evaluator's compile share split among its judges (five
+// RL arms on one host otherwise ran ~100 processes sized to every core); on the CPU torch's own.
+TEST(EvaluatorCpu, JudgeThreadsShareTheCores) {
+  unsetenv("MUSACODER_JUDGE_THREADS");
+  EXPECT_EQ(default_judge_threads("cuda", 32, 4), 8);   // one evaluator alone on a 64-core host
+  EXPECT_EQ(default_judge_threads("cuda", 6, 8), 1);    // a recipe stage beside four others
+  EXPECT_EQ(default_judge_threads("cpu", 32, 1), 0);    // torch's default
+  setenv("MUSACODER_JUDGE_THREADS", "3", 1);
+  EXPECT_EQ(default_judge_threads("cpu", 32, 1), 3);
+  setenv("MUSACODER_JUDGE_THREADS", "0", 1);
+  EXPECT_THROW((void)default_judge_threads("cuda", 32, 4), mc::Error);
+  unsetenv("MUSACODER_JUDGE_THREADS");
+}
+
 // MUSACODER_TIMING_QUIESCE=wait (sessions 21-27): timing waits for the spares still starting
 // instead of pausing them; honest verdicts and timings as with the default.
 TEST(EvaluatorCpu, TimingThatWaitsForStartingSparesStillJudges) {
@@ -328,6 +342,7 @@ TEST(EvaluatorCpu, TimingThatWaitsForStartingSparesStillJudges) {
   cfg.trial_timeout_s = 10;
   cfg.timing_budget_s = 0.1;
   setenv("MUSACODER_TIMING_QUIESCE", "wait", 1);
+  setenv("MUSACODER_JUDGE_THREADS", "1", 1);  // and torch's threads capped in the judge (below)
   EvaluatorOptions o = cpu_options();
   o.compile_workers = 2;
   std::vector<EvalResult> rows;
@@ -336,10 +351,12 @@ TEST(EvaluatorCpu, TimingThatWaitsForStartingSparesStillJudges) {
     rows = ev.run(cands, nullptr);
   }
   unsetenv("MUSACODER_TIMING_QUIESCE");
+  unsetenv("MUSACODER_JUDGE_THREADS");
   ASSERT_EQ(rows.size(), cands.size());
   for (const auto& r : rows) {
     EXPECT_EQ(r.verdict, Verdict::kOk) << r.sample_id << ": " << r.reason << " | " << r.infra_error;
     EXPECT_TRUE(r.candidate_time.has_value()) << r.sample_id;
+    EXPECT_EQ(r.judge_details.value("cpu_threads", -1), 1) << r.judge_details.dump();
     EXPECT_TRUE(r.judge_details.contains("timing_spares_wait_s")) << r.judge_details.dump();
     EXPECT_FALSE(r.judge_details.contains("timing_spares_paused")) << r.judge_details.dump();
   }
