@@ -126,6 +126,14 @@ for stage in $STAGES; do
       fi
       REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
+    contention)
+      # Fresh CUDA processes started at once on this host (bench/context_contention.py): the
+      # context, allocation and synchronize times per child as the slots grow, over every GPU
+      # (CONTENTION_ARGS replaces the defaults).
+      g=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
+      # shellcheck disable=SC2086
+      python3 bench/context_contention.py ${CONTENTION_ARGS:---gpus "$g" --slots 1,4,16,32,64 --children 4} \
+        --out "$OUT/contention.jsonl" 2>&1 | tee "$OUT/contention.log" || rc=1 ;;
     timing)
       python3 bench/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
     model)
@@ -298,23 +306,26 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
           >> "$R/gpu-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi.pid"
       fi
       # The host beside them (host-samples.csv: timestamp, 1-minute load, CPU busy % over the
-      # last 2 s, available memory in MiB), and every 30 s its ten busiest processes
+      # last 2 s, available memory in MiB, tasks running, tasks blocked in the kernel, iowait % over
+      # the last 2 s), and every 30 s its ten busiest processes
       # (host-top.log, with thread counts and the last second's top): sessions 34 and 36 saw five RL arms wait 7-15x longer for MooreEval than
       # one alone, with the GPUs 10-15% busy, and nothing to say what the host was doing.
       if ! { [ -f "$R/host.pid" ] && kill -0 "$(cat "$R/host.pid")" 2>/dev/null; }; then
-        setsid bash -c 'n=0; prev=""
+        setsid bash -c 'r=$1; n=0; prev=""
           while :; do
             read -r _ u ni sy id io irq sirq st _ < /proc/stat
             t=$((u + ni + sy + id + io + irq + sirq + st)); busy=$((t - id - io))
             if [ -n "$prev" ]; then
               set -- $prev
-              echo "$(date -u +%FT%TZ),$(cut -d" " -f1 /proc/loadavg),$(( (busy - $2) * 100 / (t - $1 > 0 ? t - $1 : 1) )),$(awk "/MemAvailable/{print int(\$2/1024)}" /proc/meminfo)"
+              echo "$(date -u +%FT%TZ),$(cut -d" " -f1 /proc/loadavg),$(( (busy - $2) * 100 / (t - $1 > 0 ? t - $1 : 1) )),$(awk "/MemAvailable/{print int(\$2/1024)}" /proc/meminfo),$(awk "/^procs_running/{r=\$2} /^procs_blocked/{b=\$2} END{print r\",\"b}" /proc/stat),$(( (io - $3) * 100 / (t - $1 > 0 ? t - $1 : 1) ))"
             fi
-            prev="$t $busy"
+            prev="$t $busy $io"
             if [ $((n % 15)) -eq 0 ]; then
-              # ps: CPU % over each process lifetime, and its thread count; top: the last second alone
+              # ps: CPU % over each process lifetime, and its thread count; the threads asleep in
+              # the kernel (state D) by the kernel function they wait in; top: the last second alone
               { date -u +%FT%TZ; ps -eo pcpu,nlwp,rss,etimes,comm --sort=-pcpu | head -11
-                top -b -c -n 2 -d 1 -w 200 2>/dev/null | awk "/^top -/{f++} f==2" | head -24; } >> "$1/host-top.log"
+                echo "state D threads by wait channel:"; ps -eLo stat,wchan:40,comm | awk "\$1 ~ /^D/ {c[\$2\" \"\$3]++} END {for (k in c) print c[k], k}" | sort -rn | head -12
+                top -b -c -n 2 -d 1 -w 200 2>/dev/null | awk "/^top -/{f++} f==2" | head -24; } >> "$r/host-top.log"
             fi
             n=$((n + 1)); sleep 2
           done' host "$R" >> "$R/host-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/host.pid"
