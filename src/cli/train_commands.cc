@@ -171,8 +171,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--speed-cap", r.eval_config.reward.nu_max, "largest paid speedup - 1 (nu_max)")->capture_default_str();
   l->add_option("--cache-dir", m.cache_dir, "compile cache and reference timings");
   l->add_option("--compile-workers", m.compile_workers, "compile threads (0: MUSACODER_COMPILE_WORKERS, else half the cores)");
-  l->add_option("--spares", m.spares, "warm candidate processes per judge (0: default)");
-  l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: default)");
+  l->add_option("--spares", m.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
+      ->envname("MUSACODER_SPARES");
+  l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   l->add_option("--backend", m.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
   l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");

@@ -68,6 +68,9 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
       if (prefix && sec.is_object())
         for (const auto& [part, s] : sec.items())
           if (s.is_number()) stats->wait_work_s[prefix + part] += s.get<double>();
+      // A count, not seconds: candidates forked by the zygote (imports done) or started afresh
+      // (Python and torch imported anew, ~4 s alone), since start.imports differs by it.
+      if (stage == "process" && sec.is_string()) stats->wait_work_s["process." + sec.get<std::string>()] += 1;
     }
 }
 

@@ -105,7 +105,8 @@ struct RolloutStats {
   // finished_at), and their MooreEval work in seconds by stage ("compile", and the judge's own
   // stages: "take", "load", "trials", "timing", ...; the trials' parts as "trials.reference",
   // "trials.candidate", ...; the candidate process's start-up as "start.imports", ...,
-  // "start.total"). Lanes work in parallel, so these are work
+  // "start.total"; and, as counts, "process.forked" / "process.started": zygote-forked or started
+  // afresh). Lanes work in parallel, so these are work
   // seconds, not wall: they say which stage the tail of a step consists of.
   int64_t wait_answers = 0;
   std::map<std::string, double> wait_work_s;

@@ -156,6 +156,9 @@ def test_rl_steps_reach_every_branch(setup):
     assert s1["wait_work_s"].get("trials.reference", 0) > 0 and s1["wait_work_s"].get("trials.candidate", 0) > 0, s1
     # ... and how their candidate processes started (imports, ...), ahead of time as spares.
     assert s1["wait_work_s"].get("start.total", 0) > 0 and "start.imports" in s1["wait_work_s"], s1["wait_work_s"]
+    # ... and how many were forked by the zygote or started afresh (a count per kind).
+    kinds = {k: v for k, v in s1["wait_work_s"].items() if k.startswith("process.")}
+    assert kinds and set(kinds) <= {"process.forked", "process.started"} and sum(kinds.values()) >= 1, kinds
     # Sampling slips: a random tiny model gives almost every token of any answer p < 0.1.
     assert s1["turn1_low_prob_per_1000"] > 500, s1["turn1_low_prob_per_1000"]
     for r in rows:
