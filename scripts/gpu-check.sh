@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention is run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, rl-pipeline needs the recipe run's model, bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -128,12 +128,17 @@ for stage in $STAGES; do
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
     contention)
       # Fresh CUDA processes started at once on this host (bench/context_contention.py): the
-      # context, allocation and synchronize times per child as the slots grow, over every GPU
-      # (CONTENTION_ARGS replaces the defaults).
+      # context, allocation and synchronize times per child as the slots grow, on GPU 0 alone
+      # and then spread over every GPU: a limit per GPU shows in the first, one of the whole
+      # host in both alike (CONTENTION_ARGS replaces both runs' options with one).
       g=$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd, -)
-      # shellcheck disable=SC2086
-      python3 bench/context_contention.py ${CONTENTION_ARGS:---gpus "$g" --slots 1,4,16,32,64 --children 4} \
-        --out "$OUT/contention.jsonl" 2>&1 | tee "$OUT/contention.log" || rc=1 ;;
+      if [ -n "${CONTENTION_ARGS:-}" ]; then runs=("$CONTENTION_ARGS")
+      else runs=("--gpus 0 --slots 1,4,16 --children 4" "--gpus $g --slots 4,16,64 --children 4"); fi
+      for args in "${runs[@]}"; do
+        echo "contention: $args"
+        # shellcheck disable=SC2086
+        python3 bench/context_contention.py $args --out "$OUT/contention.jsonl" 2>&1 | tee -a "$OUT/contention.log" || rc=1
+      done ;;
     timing)
       python3 bench/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
     model)
@@ -223,7 +228,11 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # it a GPU of its own, e.g. GPU 1 beside a recipe on GPU 0 (run it with DETACH=NAME).
       R=${RECIPE_RUN:-/tmp/recipe-run}
       m=${PIPE_MODEL:-$(ls -d "$R"/rft/sft/checkpoints/step-* "$R"/sft/checkpoints/step-* 2>/dev/null | head -1)}
-      keep=""; [ -f "$R/eval/rl-probe/results.jsonl" ] && keep="--keep-varied=$R/eval/rl-probe/results.jsonl"
+      # The probe's problems once probe-rl has finished (session 37 read its results half
+      # written, and train rl found nothing to learn from); before that, every problem.
+      keep=""
+      if python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["stages"]["probe-rl"].get("done") else 1)' \
+          "$R/recipe/state.json" 2>/dev/null; then keep="--keep-varied=$R/eval/rl-probe/results.jsonl"; fi
       if [ -z "$m" ]; then echo "rl-pipeline: no model (PIPE_MODEL, or a recipe run with sft)"; rc=1
       else
         rm -rf /tmp/rl-pipeline
