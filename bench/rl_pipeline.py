@@ -22,6 +22,9 @@ first step also makes the second's first turn, and the last makes none, so only 
 hold one step's work each with the pipeline full. Per token (the steady span's step time per
 answer token, against turn by turn's generation and training per answer token): the arms'
 rollouts part after step 1, and one with more failed answers has more turns to make.
+Each arm also records its host ("host" in SUMMARY.json): GPU processes not its own seen while
+it ran, and the 1-minute load; an arm beside other GPU work is flagged, since its times are
+that host's (session 37's arms ran beside five RL runs).
 
   python3 bench/rl_pipeline.py --musacoder-model build/musacoder-model --model SFT_DIR \
       --problems synth-rl/problems.jsonl --out /tmp/rl-pipeline --steps 3 -- --level 1 ...
@@ -32,6 +35,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "asked_while_decoding",
@@ -40,6 +44,64 @@ KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "
 # trials, timing, ...) and how many decode steps the engine took.
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
         "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s")
+
+
+def gpu_pids():
+    """Processes holding a CUDA context on any GPU of this machine (empty without nvidia-smi)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    return {int(x) for x in out.split() if x.strip().isdigit()}
+
+
+def descendants(root):
+    """root and every process below it, from /proc."""
+    children = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(d))
+    out, todo = set(), [root]
+    while todo:
+        p = todo.pop()
+        out.add(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+class HostWatch:
+    """What else ran on the machine while an arm ran: its 1-minute load, and GPU processes that
+    are not the arm's own (session 37's arms ran beside five RL runs, and their numbers were
+    that host's, not their method's). Sampled every `every` seconds."""
+
+    def __init__(self, proc, every=5.0):
+        self.proc, self.every, self.loads, self.others = proc, every, [], set()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.stop.is_set():
+            with open("/proc/loadavg") as f:
+                self.loads.append(float(f.read().split()[0]))
+            pids = gpu_pids()
+            if pids:
+                self.others |= pids - descendants(self.proc.pid) - {os.getpid()}
+            self.stop.wait(self.every)
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        # Quiet: no GPU process but the arm's own (the load counts the arm's compiles and judges
+        # too, so it is reported, not judged).
+        return {"load_1m_max": max(self.loads, default=None), "cores": os.cpu_count(),
+                "other_gpu_processes": len(self.others), "quiet_host": not self.others}
 
 
 def overhead(rows):
@@ -101,11 +163,17 @@ def main():
         print("$", " ".join(cmd), flush=True)
         t0 = time.time()
         with open(os.path.join(a.out, arm + ".log"), "w") as log:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT).returncode
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+            watch = HostWatch(proc)
+            rc = proc.wait()
+            host = watch.finish()
+        if not host["quiet_host"]:
+            print(f"{arm}: NOT on a quiet host: {host['other_gpu_processes']} other GPU process(es), 1-minute load up to "
+                  f"{host['load_1m_max']} on {host['cores']} cores; its times are that host's", flush=True)
         if rc != 0:
             sys.exit(f"{arm}: train rl exited with {rc} (see {a.out}/{arm}.log)")
         rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
-        summary["arms"][arm] = {"wall_s": time.time() - t0, "overhead_all": overhead(rows),
+        summary["arms"][arm] = {"wall_s": time.time() - t0, "host": host, "overhead_all": overhead(rows),
                                 "overhead_from_step2": overhead(rows[1:]), "step_s": sum(r["step_s"] for r in rows),
                                 "steps": [{k: r.get(k) for k in ("step",) + KEYS + MORE} for r in rows]}
     if "turns" in summary["arms"]:
