@@ -158,7 +158,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                 "SFT-format JSONL (comma-separated or repeated) whose token loss is reported as anchor_loss before "
                 "the first step and after updates: what the run loses of what SFT taught (never trained on)");
   l->add_option("--anchor-every", r.anchor_every, "measure the anchor loss every N steps")->capture_default_str();
-  l->add_option("--verifier", r.verifier_url, "MooreEval service URL (default: in process)");
+  l->add_option("--verifier", r.verifier_url,
+                "MooreEval service URL (default: in process); it must judge under this run's settings "
+                "(--timing-budget, --speed-weight, --speed-cap), or the run stops naming what differs");
   l->add_option("--verdict-memory", r.verdict_memory,
                 "answers remembered with their verdicts: the same answer to a problem in a later step is not judged "
                 "again (0: judge every answer)")

@@ -310,7 +310,8 @@ RlResult run_rl(const RlOptions& o) {
   eopts.timing_gate = o.hold_judges;  // they time on our GPU: not while we generate or train
   std::unique_ptr<serve::Verifier> verifier = o.verifier_url.empty()
                                            ? serve::make_in_process_verifier(o.eval_config, eopts)
-                                           : serve::make_service_verifier(o.verifier_url, o.verifier_token);
+                                           : serve::make_service_verifier(o.verifier_url, o.verifier_token,
+                                                                          &o.eval_config);
   PlantedAnswers planted;
   if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);
 

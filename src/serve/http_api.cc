@@ -290,6 +290,7 @@ struct HttpServer::Impl {
       h["gpu_kind"] = gpu_kind;
       h["problems"] = problems.size();
       h["config_hash"] = cfg.config_hash();
+      h["config"] = eval::to_json(cfg);  // what a client compares its own settings with
       send_json(res, h.value("ok", false) ? 200 : 503, h);
     });
     svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {

@@ -51,7 +51,10 @@ class Verifier {
 };
 
 std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts);
-// The service judges with its own configuration (the one it was started with).
-std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token);
+// The service judges with its own configuration (the one it was started with). With `expect`
+// (a client whose rewards must follow its own settings, as train rl's), a service started with
+// other settings is refused: mc::Error names the settings that differ, both ways.
+std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
+                                                const eval::EvalConfig* expect = nullptr);
 
 }  // namespace mc::serve

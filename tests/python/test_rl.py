@@ -323,7 +323,13 @@ def test_async_through_the_service(setup):
     out = tmp / "run"
     piped = tmp / "pipelined"
     with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
-                        "--timing-budget", "0.1") as url:
+                        "--timing-budget", "0.1", "--speed-weight", "0") as url:
+        # The service computes the rewards: one started with other settings than the run's is
+        # refused before anything is generated, naming what differs.
+        r = mc(*replaced(rl_args(setup, tmp / "other", "--max-steps", "1", "--verifier", url), verify_device=None,
+                         timing_budget="0.2"), check=False)
+        assert r.returncode != 0 and "timing_budget_s 0.1 there, 0.2 here" in r.stderr, r.stderr[-2000:]
+        assert not (tmp / "other" / "metrics.jsonl").exists()
         mc(*replaced(rl_args(setup, out, "--max-steps", "3", "--async", "--verifier", url), verify_device=None))
         # --pipeline-turns through the service: no verdict is ready before it is collected, so
         # the loop waits for all outstanding ones at once, and the run is the same.

@@ -176,7 +176,11 @@ TEST(HttpApi, CppClientVerifiesABatch) {
   co.batch = 3;
   co.concurrency = 4;
   VerifyClient client(co);
-  EXPECT_TRUE(client.health().value("ok", false));
+  auto health = client.health();
+  EXPECT_TRUE(health.value("ok", false));
+  // The settings it judges under, which a client checks its own against (train rl --verifier).
+  EXPECT_EQ(health["config"].value("compile_only", false), true) << health.dump();
+  EXPECT_EQ(eval::eval_config_from_json(health["config"]).config_hash(), health.value("config_hash", "")) << health.dump();
   std::vector<VerifyItem> items;
   for (int i = 0; i < 8; ++i) {
     VerifyItem it;
