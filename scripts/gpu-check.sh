@@ -339,6 +339,24 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
             n=$((n + 1)); sleep 2
           done' host "$R" >> "$R/host-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/host.pid"
       fi
+      # RECIPE_VERIFIER_GPU=N: one MooreEval service (musacoder serve) on GPU N judges for RL and
+      # its arms (recipe var rl_verifier), with their settings (RECIPE_VERIFIER_ARGS, default
+      # "--timing-budget 0.1"; train rl refuses a service that judges otherwise). Keep N out of
+      # RECIPE_GPUS. It lives while the machine does; verifier.log and its /metrics come back.
+      health() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/" + sys.argv[2], timeout=5).read().decode()[:int(sys.argv[3])])' "$@" 2>/dev/null; }
+      vurl=""
+      if [ -n "${RECIPE_VERIFIER_GPU:-}" ]; then
+        vurl=http://127.0.0.1:${RECIPE_VERIFIER_PORT:-18731}
+        if ! { [ -f "$R/verifier.pid" ] && kill -0 "$(cat "$R/verifier.pid")" 2>/dev/null; }; then
+          # shellcheck disable=SC2086
+          CUDA_VISIBLE_DEVICES=$RECIPE_VERIFIER_GPU setsid "$BIN" serve --gpus 0 --port "${vurl##*:}" --allow-inline-problems \
+            --cache-dir "$R/verifier-cache" --no-progress ${RECIPE_VERIFIER_ARGS:---timing-budget 0.1} \
+            >> "$R/verifier.log" 2>&1 < /dev/null & echo $! > "$R/verifier.pid"
+          for _ in $(seq 180); do health "$vurl" health 1 >/dev/null && break; sleep 1; done
+        fi
+        echo "recipe: RL verifies through $vurl on GPU $RECIPE_VERIFIER_GPU: $(health "$vurl" health 400 || echo 'not answering (verifier.log)')"
+        RECIPE_ARGS="${RECIPE_ARGS:-} --set rl_verifier=--verifier=$vurl"
+      fi
       if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
         echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
       else
@@ -353,6 +371,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       while kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
       if kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then echo "recipe: still running after this call's wait"
       else grep -q '^recipe: state in' "$R/recipe-console.log" || rc=1; fi
+      [ -n "$vurl" ] && health "$vurl" metrics 100000 > "$R/verifier-metrics.txt"
       cp "$R/recipe-console.log" "$OUT/recipe.log"
       tail -30 "$OUT/recipe.log"
       # How far each RL run (the arms) has come, for the next call's plan.
@@ -367,7 +386,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
         report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json synth-r[l]/report.json tokenizer/tokenizer.json \
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
-        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv host-samples.csv host-top.log checkpoint-sha256.txt 2>/dev/null)
+        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv host-samples.csv host-top.log checkpoint-sha256.txt \
+        verifier.log verifier-metrics.txt 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true ;;
     synth)
