@@ -55,7 +55,8 @@ BenchCommand::BenchCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--format", m.o.format, "solution format asked for: kernelbench or native (default kernelbench)")
       ->check(CLI::IsMember({"kernelbench", "native"}));
   s->add_option("--verifier", m.o.verifier_url, "MooreEval service URL (default: judges in this process); it must accept "
-                "problem sources (musacoder serve --allow-inline-problems)")->envname("MUSACODER_VERIFIER");
+                "problem sources (musacoder serve --allow-inline-problems) and judge under this run's settings "
+                "(--timing-budget, ...), or the run stops naming what differs")->envname("MUSACODER_VERIFIER");
   s->add_option("--verifier-token", m.o.verifier_token, "bearer token of the service")->envname("MUSACODER_VERIFIER_TOKEN");
   s->add_option("--baseline", m.o.baseline_file, "eager timings from `musacoder baseline --compile` (its _compile.json beside "
                 "it); default: timed by this run");

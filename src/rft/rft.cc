@@ -22,6 +22,7 @@
 #include "eval/result.h"
 #include "rft/repair.h"
 #include "serve/client.h"
+#include "serve/verifier.h"
 #include "synth/prompt.h"
 #include "synth/task_set.h"
 
@@ -268,6 +269,12 @@ RftResult run_rft(const RftOptions& o) {
   }
   fs::remove(out / ".write-test");
 
+  if (!o.verifier_url.empty()) {  // before sampling: a service that judges otherwise would waste it
+    serve::ClientOptions co;
+    co.url = o.verifier_url;
+    co.token = o.verifier_token;
+    serve::check_service_config(o.verifier_url, serve::VerifyClient(co).health(), o.eval_config);
+  }
   auto problems = synth::load_tasks(o.problems, o.format, o.level, o.backend);  // step 1
   std::map<std::string, const RftProblem*> by_key;
   for (const auto& p : problems) by_key[p.problem->key] = &p;

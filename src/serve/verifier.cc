@@ -110,19 +110,7 @@ class ServiceVerifier : public Verifier {
       throw Error(str_cat("--verifier ", url, ": the MooreEval service does not answer (", e.what(), ")"));
     }
     config_hash_ = h.value("config_hash", std::string());
-    if (expect && config_hash_ != expect->config_hash()) {
-      // Name what differs; a service too old to say its settings is named by hash alone.
-      const nlohmann::json mine = eval::to_json(*expect), theirs = h.value("config", nlohmann::json::object());
-      std::string diff;
-      for (const auto& [k, v] : mine.items())
-        if (theirs.contains(k) && theirs[k] != v)
-          diff += str_cat(diff.empty() ? "" : ", ", k, " ", theirs[k].dump(), " there, ", v.dump(), " here");
-      throw Error(str_cat("--verifier ", url, " judges under other settings than this run's (",
-                          diff.empty() ? str_cat("config ", config_hash_, " against ", expect->config_hash()) : diff,
-                          "): its rewards would not be the ones asked for. Start the service with the same "
-                          "settings (musacoder serve --timing-budget, --speed-weight, --speed-cap, ...), or pass "
-                          "them here"));
-    }
+    if (expect) check_service_config(url, h, *expect);
   }
   void submit(size_t id, eval::Candidate c) override {
     MC_INTERNAL_ASSERT(outstanding_.insert(id).second, "verifier: id ", id, " submitted twice");
@@ -184,6 +172,22 @@ class ServiceVerifier : public Verifier {
 
 std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts) {
   return std::make_unique<InProcessVerifier>(cfg, opts);
+}
+
+void check_service_config(const std::string& url, const nlohmann::json& health, const eval::EvalConfig& expect) {
+  const std::string theirs_hash = health.value("config_hash", std::string());
+  if (theirs_hash == expect.config_hash()) return;
+  // Name what differs; a service too old to say its settings is named by hash alone.
+  const nlohmann::json mine = eval::to_json(expect), theirs = health.value("config", nlohmann::json::object());
+  std::string diff;
+  for (const auto& [k, v] : mine.items())
+    if (theirs.contains(k) && theirs[k] != v)
+      diff += str_cat(diff.empty() ? "" : ", ", k, " ", theirs[k].dump(), " there, ", v.dump(), " here");
+  throw Error(str_cat("--verifier ", url, " judges under other settings than this run's (",
+                      diff.empty() ? str_cat("config ", theirs_hash, " against ", expect.config_hash()) : diff,
+                      "): its verdicts and rewards would not be the ones asked for. Start the service with the "
+                      "same settings (musacoder serve --timing-budget, --speed-weight, --speed-cap, ...), or pass "
+                      "them here"));
 }
 
 std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,

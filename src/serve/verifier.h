@@ -57,4 +57,8 @@ std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, 
 std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
                                                 const eval::EvalConfig* expect = nullptr);
 
+// Throws mc::Error unless the service at `url`, whose /health answer is `health`, judges under
+// `expect` (its config hash), naming the settings that differ both ways.
+void check_service_config(const std::string& url, const nlohmann::json& health, const eval::EvalConfig& expect);
+
 }  // namespace mc::serve

@@ -318,6 +318,12 @@ def test_clear_errors(problems, tmp_path):
     for args, msg in cases:
         r = mc(*args, check=False)
         assert r.returncode == 2 and msg in r.stderr, (msg, r.stderr)
+    # A MooreEval service judging under other settings than the run's: its report would name
+    # settings its verdicts and speedups were not measured under.
+    with mc_cli.serving(tmp_path, "--device", "cpu", "--allow-inline-problems", "--cache-dir", tmp_path / "sc",
+                        "--timing-budget", "0.1") as url:
+        r = mc(*bench_args(problems, tmp_path / "v", tmp_path / "c", *base, "--verifier", url), check=False)
+    assert r.returncode == 2 and "timing_budget_s 0.1 there, 0.3 here" in r.stderr, r.stderr[-2000:]
 
 
 @pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built")

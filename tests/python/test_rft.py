@@ -145,6 +145,10 @@ def test_planted_answers_through_the_service(setup):
     out = base / "via-service"
     with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
                         "--timing-budget", "0.3") as url:
+        # A service judging under other settings is refused before anything is sampled.
+        other = [a if a != "0.3" else "0.5" for a in rft_args(problems, samples, base / "other", base / "cache")]
+        r = mc(*other, "--verifier", url, check=False)
+        assert r.returncode == 2 and "timing_budget_s 0.3 there, 0.5 here" in r.stderr, r.stderr[-2000:]
         mc(*rft_args(problems, samples, out, base / "cache"), "--verifier", url)
     check_selection(out)
 
