@@ -20,7 +20,6 @@ stay idle, the limit is host-wide (the driver, the VM's IOMMU), not the GPUs.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import threading
@@ -112,11 +111,11 @@ def run_level(n, gpus, a):
     for t in threads:
         t.join()
     wall = time.monotonic() - t0
-    out = {"slots": n, "gpus": len(gpus), "children": len([r for r in rows if not r.get("failed")]),
-           "failed": len([r for r in rows if r.get("failed")]), "wall_s": round(wall, 2),
-           "children_per_s": round(len([r for r in rows if not r.get("failed")]) / wall, 2) if wall else None}
+    ok = [r for r in rows if not r.get("failed")]
+    out = {"slots": n, "gpus": len(gpus), "children": len(ok), "failed": len(rows) - len(ok), "wall_s": round(wall, 2),
+           "children_per_s": round(len(ok) / wall, 2) if wall else None}
     for part in ("imports_s", "fork_s", "context_s", "alloc_s", "syncs_s", "exit_s"):
-        xs = [r.get(part) for r in rows if not r.get("failed")]
+        xs = [r.get(part) for r in ok]
         med, p90 = pct(xs, 0.5), pct(xs, 0.9)
         out[part] = {"p50": round(med, 3) if med is not None else None, "p90": round(p90, 3) if p90 is not None else None}
     errors = [r["stderr"] for r in rows if r.get("failed") and r.get("stderr")]

@@ -518,7 +518,7 @@ BenchResult run_bench(const BenchOptions& opts) {
     eo.timing_gate = o.hold_timing;
     auto verifier = o.verifier_url.empty() ? serve::make_in_process_verifier(o.eval_config, eo)
                                            : serve::make_service_verifier(o.verifier_url, o.verifier_token,
-                                                                          &o.eval_config);
+                                                                          o.eval_config);
     run.run(*source, *verifier, timing);
   }
   double baseline_s = 0;

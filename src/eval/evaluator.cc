@@ -72,8 +72,8 @@ struct Evaluator::Impl {
                            opts.spares, lane, default_lanes(opts.device, opts.lanes));
     e.timing_gate = gate;
     e.standby = lane > 0 && opts.stagger_lanes;
-    const int workers = opts.compile_workers > 0 ? opts.compile_workers : default_compile_workers();
-    e.cpu_threads = default_judge_threads(opts.device, workers, static_cast<int>(opts.gpus.size()) * e.lanes);
+    e.cpu_threads = default_judge_threads(opts.device, static_cast<int>(pool->load().workers),
+                                          static_cast<int>(opts.gpus.size()) * e.lanes);
     return e;
   }
 

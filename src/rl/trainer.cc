@@ -311,7 +311,7 @@ RlResult run_rl(const RlOptions& o) {
   std::unique_ptr<serve::Verifier> verifier = o.verifier_url.empty()
                                            ? serve::make_in_process_verifier(o.eval_config, eopts)
                                            : serve::make_service_verifier(o.verifier_url, o.verifier_token,
-                                                                          &o.eval_config);
+                                                                          o.eval_config);
   PlantedAnswers planted;
   if (!o.planted.empty()) planted = PlantedAnswers::load(o.planted);
 

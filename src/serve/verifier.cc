@@ -99,7 +99,7 @@ class InProcessVerifier : public Verifier {
 
 class ServiceVerifier : public Verifier {
  public:
-  ServiceVerifier(const std::string& url, const std::string& token, const eval::EvalConfig* expect) {
+  ServiceVerifier(const std::string& url, const std::string& token, const eval::EvalConfig& expect) {
     co_.url = url;
     co_.token = token;
     VerifyClient probe(co_);
@@ -110,7 +110,7 @@ class ServiceVerifier : public Verifier {
       throw Error(str_cat("--verifier ", url, ": the MooreEval service does not answer (", e.what(), ")"));
     }
     config_hash_ = h.value("config_hash", std::string());
-    if (expect) check_service_config(url, h, *expect);
+    check_service_config(url, h, expect);
   }
   void submit(size_t id, eval::Candidate c) override {
     MC_INTERNAL_ASSERT(outstanding_.insert(id).second, "verifier: id ", id, " submitted twice");
@@ -191,7 +191,7 @@ void check_service_config(const std::string& url, const nlohmann::json& health, 
 }
 
 std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
-                                                const eval::EvalConfig* expect) {
+                                                const eval::EvalConfig& expect) {
   return std::make_unique<ServiceVerifier>(url, token, expect);
 }
 

@@ -51,11 +51,10 @@ class Verifier {
 };
 
 std::unique_ptr<Verifier> make_in_process_verifier(const eval::EvalConfig& cfg, const eval::EvaluatorOptions& opts);
-// The service judges with its own configuration (the one it was started with). With `expect`
-// (a client whose rewards must follow its own settings, as train rl's), a service started with
-// other settings is refused: mc::Error names the settings that differ, both ways.
+// The service judges with its own configuration (the one it was started with), so it must be
+// the client's `expect`: a service started with other settings is refused (check_service_config).
 std::unique_ptr<Verifier> make_service_verifier(const std::string& url, const std::string& token,
-                                                const eval::EvalConfig* expect = nullptr);
+                                                const eval::EvalConfig& expect);
 
 // Throws mc::Error unless the service at `url`, whose /health answer is `health`, judges under
 // `expect` (its config hash), naming the settings that differ both ways.
