@@ -1,5 +1,6 @@
 #include "cli/plot_command.h"
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -59,7 +60,15 @@ std::optional<int> PlotCommand::run() {
   MC_CHECK(!runs.empty(), "plot: none of the ", m.runs.size(), " runs has a metrics.jsonl");
   int next_color = 0;  // one per (run, kind), the same in every panel
   for (const auto& [run, file] : runs) {
+    // A run folder, or a metrics.jsonl, is named by its folder; a file of another name by its
+    // stem less "-metrics" (bench/rl_pipeline.py writes turns-metrics.jsonl, async-metrics.jsonl
+    // side by side in one folder).
     std::string label = fs::is_directory(run) ? fs::path(run).filename().string() : file.parent_path().filename().string();
+    if (!fs::is_directory(run) && file.filename() != "metrics.jsonl") {
+      label = file.stem().string();
+      for (const char* tail : {"-metrics", "_metrics"})
+        if (label.size() > std::strlen(tail) && label.ends_with(tail)) label.resize(label.size() - std::strlen(tail));
+    }
     if (label.empty() || label == ".") label = fs::absolute(run).parent_path().filename().string();
     // kind -> one series per panel ("train", "eval", ...).
     std::map<std::string, std::vector<report::Series>> by_kind;

@@ -275,6 +275,13 @@ def test_tensorboard_events_and_plot_hold_the_metrics(setup, tmp_path):
     mc("plot", str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "c4.svg"), "--metrics", "y")
     svg = open(tmp_path / "c4.svg").read()
     assert ">a<" in svg and ">b<" in svg and ">a rl<" not in svg, svg
+    # Files side by side in one folder (bench/rl_pipeline.py's NAME-metrics.jsonl) by their names.
+    for name in ("turns", "async"):
+        (tmp_path / f"{name}-metrics.jsonl").write_text(json.dumps({"kind": "rl", "step": 1, "y": 1.0}) + "\n")
+    mc("plot", str(tmp_path / "turns-metrics.jsonl"), str(tmp_path / "async-metrics.jsonl"), "--out", str(tmp_path / "c5.svg"),
+       "--metrics", "y")
+    svg = open(tmp_path / "c5.svg").read()
+    assert ">turns<" in svg and ">async<" in svg, svg
 
 
 def test_two_gloo_ranks_equal_one_rank(setup, tmp_path):
