@@ -10,6 +10,7 @@
 #endif
 
 #include "common/check.h"
+#include "common/env.h"
 
 namespace mc::train {
 namespace {
@@ -18,17 +19,6 @@ std::optional<std::string> env(const char* name) {
   const char* v = std::getenv(name);
   if (!v || !*v) return std::nullopt;
   return std::string(v);
-}
-
-int env_int(const char* name, const std::string& value) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(value, &used);
-    MC_CHECK(used == value.size(), "");
-    return v;
-  } catch (const std::exception&) {
-    throw Error(str_cat("environment variable ", name, "='", value, "' is not an integer"));
-  }
 }
 
 }  // namespace
@@ -48,16 +38,16 @@ DistEnv dist_env_from_environment() {
   }
   for (const char* need : {rank, world})
     MC_CHECK(env(need), "environment variable ", need, " is not set (", d.launcher, " launch needs it)");
-  d.rank = env_int(rank, *env(rank));
-  d.world = env_int(world, *env(world));
-  d.local_rank = env(local) ? env_int(local, *env(local)) : 0;
+  d.rank = static_cast<int>(*env_count(rank, 0, "a rank"));
+  d.world = static_cast<int>(*env_count(world, 1, "a number of processes"));
+  d.local_rank = static_cast<int>(env_count(local, 0, "a rank on this host").value_or(0));
   MC_CHECK(d.world >= 1 && d.rank >= 0 && d.rank < d.world, "rank ", d.rank, " is not within world size ", d.world);
   if (d.world > 1) {
     MC_CHECK(env("MASTER_ADDR"), "environment variable MASTER_ADDR is not set (the address of rank 0)");
     MC_CHECK(env("MASTER_PORT"), "environment variable MASTER_PORT is not set (a free port on rank 0)");
   }
   if (env("MASTER_ADDR")) d.master_addr = *env("MASTER_ADDR");
-  if (env("MASTER_PORT")) d.master_port = env_int("MASTER_PORT", *env("MASTER_PORT"));
+  if (auto port = env_count("MASTER_PORT", 1, "a TCP port", 65535)) d.master_port = static_cast<int>(*port);
   return d;
 }
 
