@@ -202,9 +202,11 @@ std::string trim_compiler_log(const std::string& log, size_t max_lines) {
   return valid_utf8(out);
 }
 
+int half_the_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2); }
+
 int default_compile_workers() {
   if (auto n = env_count("MUSACODER_COMPILE_WORKERS", 1, "a number of compile workers", 4096)) return static_cast<int>(*n);
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2);
+  return half_the_cores();
 }
 
 CompilePool::CompilePool(Toolchain toolchain, CompilePoolOptions opts)

@@ -61,8 +61,11 @@ struct CompileOutcome {
   std::string error;     // infra: what broke
 };
 
+// Half the machine's cores (at least 1): one command's compile workers when it runs alone.
+int half_the_cores();
+
 // MUSACODER_COMPILE_WORKERS where it is set (the recipe sets each stage's share when several
-// run side by side), else half the cores. A value that is not a number >= 1 is an error.
+// run side by side), else half_the_cores(). A value that is not a number >= 1 is an error.
 int default_compile_workers();
 
 struct CompilePoolOptions {

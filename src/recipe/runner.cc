@@ -22,6 +22,7 @@
 #include "common/progress.h"
 #include "common/subprocess.h"
 #include "common/toml.h"
+#include "eval/compile_pool.h"
 
 namespace mc::recipe {
 namespace {
@@ -80,8 +81,7 @@ std::string now_utc() {
 // A stage's share of the compile workers when `sharing` stages run at once: the half of the
 // cores that one command would take alone, split between them.
 int compile_share(size_t sharing) {
-  const auto cores = static_cast<size_t>(std::max(1u, std::thread::hardware_concurrency()));
-  return static_cast<int>(std::max<size_t>(1, cores / 2 / sharing));
+  return std::max(1, eval::half_the_cores() / static_cast<int>(std::max<size_t>(1, sharing)));
 }
 
 }  // namespace
