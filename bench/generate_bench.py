@@ -4,7 +4,10 @@ A randomly initialised model of Qwen2-0.5B's shape (24 layers, hidden 896, 14 he
 heads, intermediate 4864, vocabulary 151936, tied embeddings) in bf16; 64 prompts of
 --prompt-len random tokens, 8 samples each, exactly 512 new tokens (EOS ignored on both sides),
 plain sampling at temperature 1 (no top-k / top-p on either side). Reports sampled tokens per
-second (generation only, model load excluded) and peak GPU memory, as a table and JSON."""
+second (generation only, model load excluded), prefill calls and their cost, and peak GPU memory,
+as a table and JSON. RL's pipelined turns' prefill (issue 15), cuDNN attention against flash:
+  --shape recipe-small --prompts 64 --n 1 --prompt-len 1500 --prompt-len-spread 700
+  --skip-transformers --also-cudnn-attention --arrive-every 4   (gpu-check stage prefill)"""
 import argparse
 import json
 import os
@@ -64,20 +67,33 @@ def main():
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--prompt-len-spread", type=int, default=0,
+                    help="prompt lengths uniform in prompt-len +- this (RL's turns: each prompt its own length)")
     ap.add_argument("--max-batch", type=int, default=512)
     ap.add_argument("--skip-transformers", action="store_true")
     ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
     ap.add_argument("--decode-attention", default="matmul", help="sdpa or matmul")
     ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
+    ap.add_argument("--arrive-every", type=int, default=0,
+                    help="musacoder: prompts reach the engine one every N engine steps (generate --arrive-every)")
+    ap.add_argument("--also-cudnn-attention", action="store_true",
+                    help="also run musacoder with --cudnn-attention (libtorch's SDPA choice on the H100 before "
+                         "2026-11-27: a plan per new prompt length); with --arrive-every it is RL's "
+                         "pipelined turns' prefill, one or a few prompts a call")
     ap.add_argument("--also-no-graph-sampling", action="store_true",
                     help="also run musacoder with sampling outside the CUDA graph (the engine before 2026-11-25)")
     ap.add_argument("--temperature", default="1", help="musacoder's sampling temperature (transformers: 1)")
     ap.add_argument("--top-p", default="1", help="musacoder's top-p (transformers: off)")
     a = ap.parse_args()
+    if a.prompt_len_spread and not a.skip_transformers:
+        ap.error("--prompt-len-spread needs --skip-transformers (transformers takes one prompt length)")
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
     g = torch.Generator().manual_seed(1)
-    prompts = torch.randint(0, SHAPES[a.shape][0]["vocab_size"], (a.prompts, a.prompt_len), generator=g).tolist()
+    vocab = SHAPES[a.shape][0]["vocab_size"]
+    lens = (torch.randint(a.prompt_len - a.prompt_len_spread, a.prompt_len + a.prompt_len_spread + 1, (a.prompts,),
+                          generator=g).tolist() if a.prompt_len_spread else [a.prompt_len] * a.prompts)
+    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
     pfile = os.path.join(os.path.dirname(os.path.abspath(a.out)), "bench_prompts.jsonl")
     with open(pfile, "w") as f:
         for p in prompts:
@@ -87,7 +103,8 @@ def main():
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
                "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", a.temperature, "--top-p", a.top_p, "--max-batch",
                str(a.max_batch), "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats,
-               "--no-progress", "--decode-attention", a.decode_attention, *a.extra, *extra]
+               "--no-progress", "--decode-attention", a.decode_attention, "--arrive-every", str(a.arrive_every),
+               *a.extra, *extra]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.perf_counter() - t0
@@ -101,9 +118,12 @@ def main():
     ours_main = ours("")
     res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "shape": f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
-           "prompt_len": a.prompt_len, "musacoder": ours_main}
+           "prompt_len": a.prompt_len, "prompt_len_spread": a.prompt_len_spread, "arrive_every": a.arrive_every,
+           "musacoder": ours_main}
     if a.also_no_graphs:
         res["musacoder_no_cuda_graphs"] = ours("_nographs", "--no-cuda-graphs")
+    if a.also_cudnn_attention:
+        res["musacoder_cudnn_attention"] = ours("_cudnn", "--cudnn-attention")
     if a.also_no_graph_sampling:
         res["musacoder_no_graph_sampling"] = ours("_nographsampling", "--no-graph-sampling")
     res["temperature"], res["top_p"] = a.temperature, a.top_p
@@ -113,21 +133,24 @@ def main():
         res["transformers"] = run_transformers(a.model_dir, prompts, a.n, a.new_tokens)
     json.dump(res, open(a.out, "w"), indent=2)
     print(f"\n| engine | tokens | seconds | tokens/s | ms per decode step (wall / GPU graph / GPU sampling) | "
-          f"peak GiB (reserved) |\n|---|---|---|---|---|---|")
+          f"prefill calls, ms each | peak GiB (reserved) |\n|---|---|---|---|---|---|---|")
     rows = [("musacoder generate", ours_main)]
     if "musacoder_no_cuda_graphs" in res:
         rows.append(("musacoder generate --no-cuda-graphs", res["musacoder_no_cuda_graphs"]))
+    if "musacoder_cudnn_attention" in res:
+        rows.append(("musacoder generate --cudnn-attention", res["musacoder_cudnn_attention"]))
     if "musacoder_no_graph_sampling" in res:
         rows.append(("musacoder generate --no-graph-sampling", res["musacoder_no_graph_sampling"]))
     for name, o in rows:
         n = max(1, o["decode_steps"])
         print(f"| {name} | {o['generated_tokens']} | {o['seconds']:.2f} | {o['tokens_per_s']:.0f} | "
               f"{o['step_wall_ms_total'] / n:.3f} / {o['decode_gpu_ms_total'] / n:.3f} / {o['sample_gpu_ms_total'] / n:.3f} | "
+              f"{o['prefill_calls']}, {o['prefill_wall_ms_total'] / max(1, o['prefill_calls']):.1f} | "
               f"{o['peak_reserved_gib']:.2f} |")
     if "transformers" in res:
         t = res["transformers"]
         print(f"| transformers {res['transformers_version']} generate | {t['generated_tokens']} | {t['seconds']:.2f} | "
-              f"{t['tokens_per_s']:.0f} | {t['peak_reserved_gib']:.2f} |")
+              f"{t['tokens_per_s']:.0f} | | | {t['peak_reserved_gib']:.2f} |")
         print(f"\nspeedup: {ours_main['tokens_per_s'] / t['tokens_per_s']:.2f}x")
     return 0
 

@@ -8,7 +8,8 @@ trajectory's next answer is asked for as soon as its verdict is in) and "pipelin
 than hold its lane until it may time it); "async" (--async: the next step's first turn is generated
 while this step's answers are judged, one step off-policy), "async-defer" (all three) and
 "async-defer-eager" (as async-defer, each answer prefilled the moment it is asked for:
---admit-together 1). With
+--admit-together 1); "turns-cudnn" and "async-defer-cudnn" with --cudnn-attention (libtorch's
+attention choice on the H100 before session 38). With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
@@ -75,13 +76,22 @@ def descendants(root):
     return out
 
 
+def command_of(pid):
+    """pid's command line (80 characters), or None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80] or f"[{pid}]"
+    except OSError:
+        return None
+
+
 class HostWatch:
     """What else ran on the machine while an arm ran: its 1-minute load, and GPU processes that
     are not the arm's own (session 37's arms ran beside five RL runs, and their numbers were
     that host's, not their method's). Sampled every `every` seconds."""
 
     def __init__(self, proc, every=5.0):
-        self.proc, self.every, self.loads, self.others = proc, every, [], set()
+        self.proc, self.every, self.loads, self.others = proc, every, [], {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -90,9 +100,16 @@ class HostWatch:
         while not self.stop.is_set():
             with open("/proc/loadavg") as f:
                 self.loads.append(float(f.read().split()[0]))
+            # The arm's tree before and after nvidia-smi's list: a judge that starts or ends while
+            # the list is taken is still the arm's (session 38 flagged an arm for one such).
+            mine = descendants(self.proc.pid)
             pids = gpu_pids()
             if pids:
-                self.others |= pids - descendants(self.proc.pid) - {os.getpid()}
+                mine |= descendants(self.proc.pid)
+                for pid in pids - mine - {os.getpid()}:
+                    name = command_of(pid)
+                    if name is not None:  # gone by now: it was no long-lived neighbour
+                        self.others[pid] = name
             self.stop.wait(self.every)
 
     def finish(self):
@@ -101,7 +118,8 @@ class HostWatch:
         # Quiet: no GPU process but the arm's own (the load counts the arm's compiles and judges
         # too, so it is reported, not judged).
         return {"load_1m_max": max(self.loads, default=None), "cores": os.cpu_count(),
-                "other_gpu_processes": len(self.others), "quiet_host": not self.others}
+                "other_gpu_processes": len(self.others), "quiet_host": not self.others,
+                "others": sorted(set(self.others.values()))}
 
 
 def overhead(rows):
@@ -150,7 +168,11 @@ def main():
              "async": ["--async"], "async-defer": ["--async", "--pipeline-turns", "--defer-timing"],
              # async-defer with each answer admitted (prefilled) the moment it is asked for, as
              # before --admit-together: its prefill calls against async-defer's.
-             "async-defer-eager": ["--async", "--pipeline-turns", "--defer-timing", "--admit-together", "1"]}
+             "async-defer-eager": ["--async", "--pipeline-turns", "--defer-timing", "--admit-together", "1"],
+             # As before cuDNN attention was turned off (session 38): libtorch's choice on the H100,
+             # which plans every new prompt length anew (65-100 ms a prefill call in session 38).
+             "turns-cudnn": ["--cudnn-attention"],
+             "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"]}
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
@@ -168,7 +190,8 @@ def main():
             rc = proc.wait()
             host = watch.finish()
         if not host["quiet_host"]:
-            print(f"{arm}: NOT on a quiet host: {host['other_gpu_processes']} other GPU process(es), 1-minute load up to "
+            print(f"{arm}: NOT on a quiet host: {host['other_gpu_processes']} other GPU process(es) "
+                  f"({'; '.join(host['others'])}), 1-minute load up to "
                   f"{host['load_1m_max']} on {host['cores']} cores; its times are that host's", flush=True)
         if rc != 0:
             sys.exit(f"{arm}: train rl exited with {rc} (see {a.out}/{arm}.log)")

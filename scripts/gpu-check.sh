@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention is run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention and prefill are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, rl-pipeline needs the recipe run's model, bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -147,6 +147,15 @@ for stage in $STAGES; do
       # shellcheck disable=SC2086
       python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/generate_bench.json" ${GENBENCH_ARGS:-} 2>&1 \
         | tee "$OUT/genbench.log" || rc=1 ;;
+    prefill)
+      # Issue 15: RL's pipelined turns prefill answers one or a few at a time, each of its own
+      # length. The recipe's model shape, 64 prompts of 800-2200 tokens arriving one every 4
+      # engine steps, flash attention (the default) against --cudnn-attention (libtorch's choice
+      # on the H100, which plans every new shape anew): prefill calls and ms per call.
+      # shellcheck disable=SC2086
+      python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/prefill_bench.json" --shape recipe-small \
+        --prompts 64 --n 1 --new-tokens 256 --prompt-len 1500 --prompt-len-spread 700 --max-batch 64 --skip-transformers \
+        --also-cudnn-attention --arrive-every 4 ${PREFILL_ARGS:-} 2>&1 | tee "$OUT/prefill.log" || rc=1 ;;
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
       # and batch, in this run; then the curves as an image.

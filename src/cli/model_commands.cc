@@ -57,7 +57,7 @@ struct ModelCommands::Impl {
   gen::SamplingParams sp;
   uint64_t seed = 0;
   bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false,
-       no_compact_slots = false;
+       no_compact_slots = false, cudnn_attention = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   int arrive_every = 0, admit_together = 1, admit_wait_steps = 0;
@@ -125,6 +125,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_flag("--no-graph-sampling", m.no_graph_sampling,
                   "sample outside the decode step's CUDA graph (the engine before 2026-11-25: for comparisons)");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
+  m.gen->add_flag("--cudnn-attention", m.cudnn_attention,
+                  "let SDPA (prefill) use cuDNN attention, libtorch's choice on the H100: it plans each new prompt "
+                  "length anew (default off: flash attention)");
   m.gen->add_option("--arrive-every", m.arrive_every,
                     "requests reach the engine one at a time, one every N engine steps, as a server's "
                     "or RL's pipelined turns' do (0: all at once)")
@@ -261,6 +264,7 @@ int ModelCommands::Impl::run_generate() {
   eo.decode_attention = decode_attention;
   eo.admit_together = admit_together;
   eo.admit_wait_steps = admit_wait_steps;
+  eo.cudnn_attention = cudnn_attention;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
   std::vector<size_t> req_item;  // reqs[k] answers items[req_item[k]]
@@ -343,9 +347,11 @@ int ModelCommands::Impl::run_generate() {
   double tps = st.generated_tokens / secs;
   fmt::print(stderr,
              "\n{:<22}{}\n{:<22}{}\n{:<22}{} generated, {} prompt\n{:<22}{:.2f}\n{:<22}{:.0f}\n{:<22}{} decode steps, {} "
-             "prefills, {} CUDA graphs\n{:<22}{}\n{:<22}{:.2f} ms wall, {:.2f} ms model (GPU), {:.2f} ms sampling (GPU)\n",
+             "prefills ({:.2f} ms each), {} CUDA graphs\n{:<22}{}\n{:<22}{:.2f} ms wall, {:.2f} ms model (GPU), {:.2f} ms "
+             "sampling (GPU)\n",
              "prompts", items.size(), "samples", samples, "tokens", st.generated_tokens, st.prompt_tokens, "seconds", secs,
-             "tokens/s", tps, "engine", st.decode_steps, st.prefill_calls, st.graphs_captured, "peak GPU memory",
+             "tokens/s", tps, "engine", st.decode_steps, st.prefill_calls,
+             st.prefill_wall_ms / std::max<int64_t>(1, st.prefill_calls), st.graphs_captured, "peak GPU memory",
              peak ? fmt::format("{:.2f} GiB allocated, {:.2f} GiB reserved", peak->first, peak->second) : "n/a (CPU)",
              "per decode step", st.step_wall_ms / std::max<int64_t>(1, st.decode_steps),
              st.decode_gpu_ms / std::max<int64_t>(1, st.decode_steps), st.sample_gpu_ms / std::max<int64_t>(1, st.decode_steps));
@@ -353,6 +359,7 @@ int ModelCommands::Impl::run_generate() {
     json s{{"prompts", items.size()}, {"samples", samples}, {"generated_tokens", st.generated_tokens},
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
            {"decode_steps", st.decode_steps}, {"prefill_calls", st.prefill_calls},
+           {"prefill_wall_ms_total", st.prefill_wall_ms}, {"cudnn_attention", cudnn_attention},
            {"admissions_held", st.admissions_held}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},
            {"decode_rows_total", st.decode_rows},
            {"step_wall_ms_total", st.step_wall_ms}, {"decode_gpu_ms_total", st.decode_gpu_ms},

@@ -145,6 +145,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                 "with --pipeline-turns: the engine holds answers asked for one by one until this many are "
                 "prefilled in one call (1: each at once)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  l->add_flag("--cudnn-attention", r.cudnn_attention,
+              "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
+              "(default off: flash attention)");
   l->add_option("--admit-wait-steps", r.admit_wait_steps,
                 "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
       ->capture_default_str()->check(CLI::NonNegativeNumber);

@@ -7,6 +7,8 @@
 #include <set>
 #include <tuple>
 
+#include <ATen/Context.h>
+
 #include "common/check.h"
 #include "generate/counter_rng.h"
 #include "generate/repetition.h"
@@ -460,6 +462,7 @@ GenerationEngine::GenerationEngine(const model::QwenModel& model, const tok::Bpe
            ") must be at least 1 and admit wait steps (", opts.admit_wait_steps, ") at least 0");
   MC_CHECK(opts.max_seq_len > 1 && opts.max_seq_len <= model.config().max_position_embeddings, "max sequence length ",
            opts.max_seq_len, " must be in [2, max_position_embeddings = ", model.config().max_position_embeddings, "]");
+  if (model.device().is_cuda()) at::globalContext().setSDPUseCuDNN(opts.cudnn_attention);
   impl_ = std::make_unique<Impl>(model, tokenizer, opts, stats_);
 }
 

@@ -336,6 +336,7 @@ RlResult run_rl(const RlOptions& o) {
   eo.max_batch = std::min<int64_t>(o.max_batch, gen::slots_for(per_rank));
   eo.max_seq_len = o.max_seq_len;
   eo.cuda_graphs = o.cuda_graphs;
+  eo.cudnn_attention = o.cudnn_attention;
   if (o.pipeline_turns) {
     eo.admit_together = o.admit_together;
     eo.admit_wait_steps = o.admit_wait_steps;

@@ -90,6 +90,7 @@ struct RlOptions {
   // sequence (session 36 on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
   int admit_together = 8;
   int admit_wait_steps = 16;
+  bool cudnn_attention = false;  // gen::EngineOptions::cudnn_attention (off: flash, no per-shape plans)
   bool grad_checkpoint = false;
   // Anchor set (SFT-format JSONL, e.g. SFT's held-out data): its mean token loss is measured
   // before the first step and every `anchor_every` steps after the update (anchor_loss and

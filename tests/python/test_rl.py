@@ -514,8 +514,9 @@ def test_pipelined_turns(setup):
     if not (ref / "metrics.jsonl").exists():
         mc(*rl_args(setup, ref, *args))
     # --defer-timing: a judge gives back an answer that passed while we generate (judged again
-    # once we stop); when verdicts come changes, the trajectories do not.
-    mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing"))
+    # once we stop); when verdicts come changes, the trajectories do not. (--cudnn-attention, the
+    # H100's cuDNN attention for prefill, changes nothing on the CPU.)
+    mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing", "--cudnn-attention"))
     assert_same_run(ref, out)
     assert_same_trajectories(ref, out)
 
