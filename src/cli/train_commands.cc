@@ -30,6 +30,7 @@ struct TrainCommands::Impl {
   bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
   int compile_workers = 0, spares = 0, lanes = 0;
   bool defer_timing = false;
+  CLI::Option *admit_together = nullptr, *admit_wait_steps = nullptr;  // given only with --pipeline-turns
   std::string cuda_arch;
   std::vector<std::string> anchor_data;
 };
@@ -141,16 +142,18 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
               "(verification hides behind generation; which answers share a decode step then depends on when "
               "verdicts come)");
-  l->add_option("--admit-together", r.admit_together,
-                "with --pipeline-turns: the engine holds answers asked for one by one until this many are "
-                "prefilled in one call (1: each at once)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+  m.admit_together = l->add_option("--admit-together", r.admit_together,
+                                   "with --pipeline-turns: the engine holds answers asked for one by one until this "
+                                   "many are prefilled in one call (1: each at once)")
+                         ->capture_default_str()
+                         ->check(CLI::PositiveNumber);
   l->add_flag("--cudnn-attention", r.cudnn_attention,
               "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
               "(default off: flash attention)");
-  l->add_option("--admit-wait-steps", r.admit_wait_steps,
-                "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  m.admit_wait_steps = l->add_option("--admit-wait-steps", r.admit_wait_steps,
+                                     "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
+                           ->capture_default_str()
+                           ->check(CLI::NonNegativeNumber);
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");
@@ -224,6 +227,10 @@ std::optional<int> TrainCommands::run() {
     r.backend = m.backend;
     MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
+    for (const CLI::Option* o : {m.admit_together, m.admit_wait_steps})
+      MC_CHECK(r.pipeline_turns || o->count() == 0, o->get_name(),
+               " holds answers that --pipeline-turns asks for one by one; without it each turn's answers are "
+               "prefilled together already, so it would do nothing");
     for (const auto& d : m.anchor_data)
       for (auto& p : train::split_paths(d)) r.anchor_data.push_back(p);
     r.prime_echo.enabled = !m.no_primeecho;

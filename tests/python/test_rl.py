@@ -452,6 +452,8 @@ def test_clear_errors(setup, tmp_path):
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
     r = mc(*rl_args(setup, tmp_path / "b4", "--max-steps", "1", "--anchor-data", bad), check=False)
     assert r.returncode != 0 and "bad-anchor.jsonl" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b5", "--max-steps", "1", "--admit-wait-steps", "4"), check=False)
+    assert r.returncode != 0 and "--admit-wait-steps holds answers that --pipeline-turns asks for" in r.stderr, r.stderr
     r = mc(*rl_args(setup, tmp_path / "b2", "--max-steps", "1", "--async", "--off-policy", "1"), check=False)
     assert r.returncode != 0 and "--async" in r.stderr and "contradict" in r.stderr, r.stderr
     # A verifier that is not there.
