@@ -71,6 +71,7 @@ def main():
                     help="prompt lengths uniform in prompt-len +- this (RL's turns: each prompt its own length)")
     ap.add_argument("--max-batch", type=int, default=512)
     ap.add_argument("--skip-transformers", action="store_true")
+    ap.add_argument("--device", default="cuda", help="musacoder's device (cpu: a check of this script, bf16 -> fp32)")
     ap.add_argument("--extra", nargs="*", default=[], help="more musacoder generate options")
     ap.add_argument("--decode-attention", default="matmul", help="sdpa or matmul")
     ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
@@ -85,6 +86,8 @@ def main():
     ap.add_argument("--temperature", default="1", help="musacoder's sampling temperature (transformers: 1)")
     ap.add_argument("--top-p", default="1", help="musacoder's top-p (transformers: off)")
     a = ap.parse_args()
+    if a.device == "cpu" and not a.skip_transformers:
+        ap.error("--device cpu needs --skip-transformers (the comparison is a GPU one)")
     if a.prompt_len_spread and not a.skip_transformers:
         ap.error("--prompt-len-spread needs --skip-transformers (transformers takes one prompt length)")
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
@@ -102,7 +105,7 @@ def main():
         stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"musacoder_generate_stats{tag}.json")
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
                "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", a.temperature, "--top-p", a.top_p, "--max-batch",
-               str(a.max_batch), "--dtype", "bf16", "--device", "cuda", "--out", "/dev/null", "--stats", stats,
+               str(a.max_batch), "--dtype", "bf16" if a.device != "cpu" else "fp32", "--device", a.device, "--out", "/dev/null", "--stats", stats,
                "--no-progress", "--decode-attention", a.decode_attention, "--arrive-every", str(a.arrive_every),
                *a.extra, *extra]
         t0 = time.perf_counter()
@@ -116,7 +119,7 @@ def main():
         return st
 
     ours_main = ours("")
-    res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+    res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0) if a.device != "cpu" else "cpu", "torch": torch.__version__,
            "shape": f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
            "prompt_len": a.prompt_len, "prompt_len_spread": a.prompt_len_spread, "arrive_every": a.arrive_every,
            "musacoder": ours_main}
