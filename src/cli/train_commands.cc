@@ -147,13 +147,13 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                                    "many are prefilled in one call (1: each at once)")
                          ->capture_default_str()
                          ->check(CLI::PositiveNumber);
-  l->add_flag("--cudnn-attention", r.cudnn_attention,
-              "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
-              "(default off: flash attention)");
   m.admit_wait_steps = l->add_option("--admit-wait-steps", r.admit_wait_steps,
                                      "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
                            ->capture_default_str()
                            ->check(CLI::NonNegativeNumber);
+  l->add_flag("--cudnn-attention", r.cudnn_attention,
+              "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
+              "(default off: flash attention)");
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");

@@ -78,10 +78,10 @@ struct EngineOptions {
   int admit_wait_steps = 0;
   // cuDNN's fused attention for SDPA. libtorch 2.11 prefers it on the H100, and cuDNN builds an
   // execution plan for every new shape: each prefill of a new prompt length cost ~8 ms a layer
-  // on the host (RL step profile, session 22: 400 calls, 8.2 ms each), 65-100 ms a prefill call
-  // for the recipe's 8-layer model, whose pipelined turns prefill answers one or a few at a
-  // time, each of its own length. Off (the default): SDPA takes flash attention (GQA native),
-  // which has no per-shape plan. The switch is libtorch's and process-wide
+  // on the host (RL step profile, session 22: 400 calls, 8.2 ms each), 64-107 ms a prefill call
+  // for the recipe's 8-layer model (session 38), whose pipelined turns prefill answers one or
+  // a few at a time, each of its own length. Off (the default): SDPA takes flash attention (GQA
+  // native), which has no per-shape plan. The switch is libtorch's and process-wide
   // (at::globalContext().setSDPUseCuDNN); training's attention calls flash directly.
   bool cudnn_attention = false;
 };
