@@ -19,7 +19,12 @@ STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench t
 # later call with the same NAME, on the same warm machine, waits on the same run instead of
 # starting another; once it has finished, that NAME only reports it (start anew under another
 # NAME). Several named runs may share a machine: one per GPU set (CUDA_VISIBLE_DEVICES), e.g.
-# the self-test on GPUs 0-2 and suite and bench on GPU 3.
+# the self-test on GPUs 0-2 and suite and bench on GPU 3. DETACH_AFTER=OTHER starts this run's
+# stages only once the run OTHER has finished (whatever its exit status), so that one call can
+# line up a lease's runs and later calls only wait on them: no choice is left to the gaps
+# between calls, in which an idle machine is given back (session 38 lost one so). E.g.
+#   DETACH=a DETACH_WAIT=5 STAGES=... bash scripts/gpu-check.sh;
+#   DETACH=b DETACH_AFTER=a STAGES=... bash scripts/gpu-check.sh
 if [ -n "${DETACH:-}" ] && [ -z "${GPU_CHECK_DETACHED:-}" ]; then
   D=/tmp/gpu-detached/$DETACH
   mkdir -p "$D/out"
@@ -28,10 +33,20 @@ if [ -n "${DETACH:-}" ] && [ -z "${GPU_CHECK_DETACHED:-}" ]; then
   elif [ -f "$D/rc" ]; then
     echo "$DETACH: finished earlier (rc $(cat "$D/rc"))"
   else
-    GPU_CHECK_DETACHED=1 OUT=$D/out setsid bash -c 'echo $$ > "$1/pid"; bash "$2"; echo $? > "$1/rc"' \
-      detached "$D" "$SELF" >> "$D/console.log" 2>&1 < /dev/null &
+    if [ -n "${DETACH_AFTER:-}" ] && [ ! -d "/tmp/gpu-detached/$DETACH_AFTER" ]; then
+      echo "$DETACH: DETACH_AFTER=$DETACH_AFTER names no run started on this machine (/tmp/gpu-detached/$DETACH_AFTER)"
+      exit 2
+    fi
+    GPU_CHECK_DETACHED=1 OUT=$D/out setsid bash -c 'echo $$ > "$1/pid"
+      if [ -n "$3" ]; then
+        echo "waiting for run $3 to finish"
+        while [ ! -f "/tmp/gpu-detached/$3/rc" ]; do sleep 5; done
+        echo "run $3 finished (rc $(cat "/tmp/gpu-detached/$3/rc")): starting"
+      fi
+      bash "$2"; echo $? > "$1/rc"' \
+      detached "$D" "$SELF" "${DETACH_AFTER:-}" >> "$D/console.log" 2>&1 < /dev/null &
     while [ ! -s "$D/pid" ]; do sleep 0.2; done
-    echo "$DETACH: started (pid $(cat "$D/pid")): $STAGES"
+    echo "$DETACH: started (pid $(cat "$D/pid")): $STAGES${DETACH_AFTER:+ (once $DETACH_AFTER has finished)}"
   fi
   end=$((SECONDS + ${DETACH_WAIT:-540}))
   while kill -0 "$(cat "$D/pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
