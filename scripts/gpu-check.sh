@@ -366,14 +366,17 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # RECIPE_VERIFIER_GPU=N: one MooreEval service (musacoder serve) on GPU N judges for RL and
       # its arms (recipe var rl_verifier), with their settings (RECIPE_VERIFIER_ARGS, default
       # "--timing-budget 0.1"; train rl refuses a service that judges otherwise). Keep N out of
-      # RECIPE_GPUS. It lives while the machine does; verifier.log and its /metrics come back.
+      # RECIPE_GPUS. A list (2,3) gives the service several GPUs: it times one answer at a time
+      # per GPU, and five arms' passing answers all need timing. It lives while the machine
+      # does; verifier.log and its /metrics come back.
       health() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/" + sys.argv[2], timeout=5).read().decode()[:int(sys.argv[3])])' "$@" 2>/dev/null; }
       vurl=""
       if [ -n "${RECIPE_VERIFIER_GPU:-}" ]; then
         vurl=http://127.0.0.1:${RECIPE_VERIFIER_PORT:-18731}
         if ! { [ -f "$R/verifier.pid" ] && kill -0 "$(cat "$R/verifier.pid")" 2>/dev/null; }; then
           # shellcheck disable=SC2086
-          CUDA_VISIBLE_DEVICES=$RECIPE_VERIFIER_GPU setsid "$BIN" serve --gpus 0 --port "${vurl##*:}" --allow-inline-problems \
+          CUDA_VISIBLE_DEVICES=$RECIPE_VERIFIER_GPU setsid "$BIN" serve \
+            --gpus "$(seq -s, 0 $(( $(tr ',' '\n' <<< "$RECIPE_VERIFIER_GPU" | wc -l) - 1 )))" --port "${vurl##*:}" --allow-inline-problems \
             --cache-dir "$R/verifier-cache" --no-progress ${RECIPE_VERIFIER_ARGS:---timing-budget 0.1} \
             >> "$R/verifier.log" 2>&1 < /dev/null & echo $! > "$R/verifier.pid"
           for _ in $(seq 180); do health "$vurl" health 1 >/dev/null && break; sleep 1; done
