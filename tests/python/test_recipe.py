@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 import time
 
 import pytest
@@ -122,6 +123,18 @@ def test_tiny_recipe_end_to_end(tmp_path):
         ck = sorted(os.listdir(r / d / "checkpoints"))[-1]
         return hashlib.sha256(open(r / d / "checkpoints" / ck / "model.safetensors", "rb").read()).hexdigest()
     assert weights(fresh, "sft") == weights(run, "sft") and weights(fresh, "rft/sft") == weights(run, "rft/sft")
+    # Pretraining and SFT data parallel (train_launcher, as recipes/small's on several GPUs): two
+    # gloo ranks here, and SFT starts from the data-parallel pretraining.
+    dp = tmp_path / "dp"
+    dp.mkdir()
+    subprocess.run(["tar", "xzf", str(seed), "-C", str(dp)], check=True)
+    mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", dp, "--stages",
+       "corpus,tokenizer,init,pretrain,sft", "--no-progress", "--set",
+       f"train_launcher={sys.executable} -m torch.distributed.run --standalone --nproc-per-node 2 --no-python")
+    for stage in ("pretrain", "sft"):
+        log = open(dp / "recipe" / f"{stage}.log").read()
+        assert "2 rank" in log and "gloo" in log, log[-2000:]
+    assert sorted(os.listdir(dp / "sft" / "checkpoints"))
 
 
 def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
