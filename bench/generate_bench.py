@@ -90,6 +90,7 @@ def main():
         ap.error("--device cpu needs --skip-transformers (the comparison is a GPU one)")
     if a.prompt_len_spread and not a.skip_transformers:
         ap.error("--prompt-len-spread needs --skip-transformers (transformers takes one prompt length)")
+    gpu = a.device != "cpu"
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
     g = torch.Generator().manual_seed(1)
@@ -105,7 +106,7 @@ def main():
         stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"musacoder_generate_stats{tag}.json")
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),
                "--max-new-tokens", str(a.new_tokens), "--ignore-eos", "--temperature", a.temperature, "--top-p", a.top_p, "--max-batch",
-               str(a.max_batch), "--dtype", "bf16" if a.device != "cpu" else "fp32", "--device", a.device, "--out", "/dev/null", "--stats", stats,
+               str(a.max_batch), "--dtype", "bf16" if gpu else "fp32", "--device", a.device, "--out", "/dev/null", "--stats", stats,
                "--no-progress", "--decode-attention", a.decode_attention, "--arrive-every", str(a.arrive_every),
                *a.extra, *extra]
         t0 = time.perf_counter()
@@ -119,7 +120,7 @@ def main():
         return st
 
     ours_main = ours("")
-    res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0) if a.device != "cpu" else "cpu", "torch": torch.__version__,
+    res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0) if gpu else "cpu", "torch": torch.__version__,
            "shape": f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
            "prompt_len": a.prompt_len, "prompt_len_spread": a.prompt_len_spread, "arrive_every": a.arrive_every,
            "musacoder": ours_main}

@@ -170,7 +170,7 @@ def main():
              # before --admit-together: its prefill calls against async-defer's.
              "async-defer-eager": ["--async", "--pipeline-turns", "--defer-timing", "--admit-together", "1"],
              # As before cuDNN attention was turned off (session 38): libtorch's choice on the H100,
-             # which plans every new prompt length anew (65-100 ms a prefill call in session 38).
+             # which plans every new prompt length anew (64-107 ms a prefill call in session 38).
              "turns-cudnn": ["--cudnn-attention"],
              "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"]}
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
