@@ -9,7 +9,9 @@ than hold its lane until it may time it); "async" (--async: the next step's firs
 while this step's answers are judged, one step off-policy), "async-defer" (all three) and
 "async-defer-eager" (as async-defer, each answer prefilled the moment it is asked for:
 --admit-together 1); "turns-cudnn" and "async-defer-cudnn" with --cudnn-attention (libtorch's
-attention choice on the H100 before session 38). With
+attention choice on the H100 before session 38); "async-defer-ahead" (as async-defer, with
+--repairs-ahead: the next step's failed answers get their second turn while this step's last
+verdicts are judged, where the engine would wait idle). With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
@@ -156,7 +158,7 @@ def main():
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--arms", default="turns,pipelined,pipelined-defer", help="which runs, in this order")
+    ap.add_argument("--arms", default="turns,async-defer,async-defer-ahead", help="which runs, in this order")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then more `train rl` options for both runs")
     a = ap.parse_args()
     extra = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
@@ -172,7 +174,8 @@ def main():
              # As before cuDNN attention was turned off (session 38): libtorch's choice on the H100,
              # which plans every new prompt length anew (64-107 ms a prefill call in session 38).
              "turns-cudnn": ["--cudnn-attention"],
-             "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"]}
+             "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"],
+             "async-defer-ahead": ["--async", "--pipeline-turns", "--defer-timing", "--repairs-ahead"]}
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")

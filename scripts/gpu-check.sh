@@ -245,7 +245,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
     rl-pipeline)
       # Issue 15's verification target: bench/rl_pipeline.py runs `train rl` turn by turn, then
-      # with --pipeline-turns, then with --defer-timing too (PIPE_ARMS), from one model over the
+      # --async --pipeline-turns --defer-timing, then with --repairs-ahead too (PIPE_ARMS names
+      # others), from one model over the
       # same problems and seeds, one after the other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
       # RL start (RECIPE_RUN, default /tmp/recipe-run: rft/sft, else sft). PIPE_STEPS (default 3);
       # PIPE_ARGS replaces the recipe's RL options below. PIPE_GPUS (CUDA_VISIBLE_DEVICES) gives

@@ -142,6 +142,10 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
               "(verification hides behind generation; which answers share a decode step then depends on when "
               "verdicts come)");
+  l->add_flag("--repairs-ahead", r.repairs_ahead,
+              "with --async --pipeline-turns: the next step's failed answers are repaired too while this step's last "
+              "verdicts are judged, not only its first turn decoded (its later turns then may come from the policy "
+              "before this step's update)");
   m.admit_together = l->add_option("--admit-together", r.admit_together,
                                    "with --pipeline-turns: the engine holds answers asked for one by one until this "
                                    "many are prefilled in one call (1: each at once)")

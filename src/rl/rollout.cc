@@ -149,9 +149,10 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
 }
 
 void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                           const std::function<void()>& at_first_wait, RolloutBatch* beside) {
+                           const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs) {
   MC_CHECK(!beside || b.opts.pipeline, "rollouts: a batch decoded beside another needs pipelined turns");
-  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside);
+  MC_CHECK(beside || !beside_repairs, "rollouts: repairs ahead need a batch beside");
+  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside, beside_repairs);
   bool waited = false;
   for (;;) {
     if (!b.collected) {
@@ -167,108 +168,126 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
 }
 
 void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                                     const std::function<void()>& at_first_wait, RolloutBatch* beside) {
-  const RolloutOptions& o = b.opts;
-  std::vector<Trajectory>& traj = b.traj;
+                                     const std::function<void()>& at_first_wait, RolloutBatch* beside,
+                                     bool beside_repairs) {
   c10::AutoGradMode no_grad(false);
-  std::set<size_t> judging;  // trajectories whose last answer MooreEval is judging
-  std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
-  int64_t generating = 0;  // answers asked of the engine and not yet sampled
-  std::function<void(size_t)> verdict;
-  std::vector<size_t> to_plant;  // answers to replace by planted ones (tests) once the engine step is over
+  // A batch's answers in this loop: b's own, and `beside`'s.
+  struct Flow {
+    Flow(RolloutBatch* x, bool s) : b(x), settle(s) {}
+    RolloutBatch* b;
+    std::set<size_t> judging;  // trajectories whose last answer MooreEval is judging
+    std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
+    int64_t generating = 0;        // answers asked of the engine and not yet sampled
+    std::vector<size_t> to_plant;  // answers to replace by planted ones (tests) once the engine step is over
+    // Verdicts are taken here and a failed answer's next turn asked for at once. Off for
+    // `beside` (but with beside_repairs until b has stopped): its answers are only submitted.
+    bool settle;
+  };
+  Flow own(&b, true), next(beside, beside_repairs);
+  auto problem_key = [&](const Flow& f, size_t i) -> const std::string& {
+    return tasks[f.b->prompts[f.b->traj[i].prompt].task].problem->key;
+  };
+  std::function<void(Flow&, size_t)> verdict, answered;
   // Trajectory i's answer, sampled: to MooreEval, or kept for a planted one.
-  std::function<void(size_t)> answered;
-  auto landed = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
-    traj[i].turns.push_back(sampled(context, c));
+  auto landed = [&](Flow& f, size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
+    Trajectory& t = f.b->traj[i];
+    t.turns.push_back(sampled(context, c));
     if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
-    --generating;
-    const int turn = static_cast<int>(traj[i].turns.size());
-    if (planted_ && planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step, turn, traj[i].sample))
-      to_plant.push_back(i);
+    --f.generating;
+    if (planted_ && planted_->find(problem_key(f, i), f.b->opts.step, static_cast<int>(t.turns.size()), t.sample))
+      f.to_plant.push_back(i);
     else
-      answered(i);
+      answered(f, i);
   };
-  auto pending = [&](std::pair<size_t, int> answer) {
-    return judging.count(answer.first) && static_cast<int>(traj[answer.first].turns.size()) == answer.second;
+  auto pending = [&](const Flow& f, std::pair<size_t, int> answer) {
+    return f.judging.count(answer.first) && static_cast<int>(f.b->traj[answer.first].turns.size()) == answer.second;
   };
-  auto take_twin = [&](size_t i) { share_twin_verdict(traj, i, o.tag); };
-  // Trajectory i has a new answer: to MooreEval, or the verdict of its twin or of the memory.
-  answered = [&](size_t i) {
-    const int turn = static_cast<int>(traj[i].turns.size());
-    b.turns = std::max(b.turns, turn);
-    ++b.answers;
-    switch (submit_answer(b, i, turn, tasks, stats)) {
-      case Judged::kSubmitted: judging.insert(i); break;
-      case Judged::kReused: verdict(i); break;
+  auto take_twin = [&](Flow& f, size_t i) { share_twin_verdict(f.b->traj, i, f.b->opts.tag); };
+  // Trajectory i has a new answer: to MooreEval, or the verdict of its twin or of the memory
+  // (unsettled: left for the next finish()).
+  answered = [&](Flow& f, size_t i) {
+    RolloutBatch& x = *f.b;
+    const int turn = static_cast<int>(x.traj[i].turns.size());
+    x.turns = std::max(x.turns, turn);
+    ++x.answers;
+    switch (submit_answer(x, i, turn, tasks, stats)) {
+      case Judged::kSubmitted: f.judging.insert(i); break;
+      case Judged::kReused:
+        if (f.settle) verdict(f, i);
+        break;
       case Judged::kTwin:
-        ++b.twin_answers;
-        if (pending(*traj[i].turns.back().twin_of)) {
-          twins_of[*traj[i].turns.back().twin_of].push_back(i);
+        ++x.twin_answers;
+        if (!f.settle) break;
+        if (pending(f, *x.traj[i].turns.back().twin_of)) {
+          f.twins_of[*x.traj[i].turns.back().twin_of].push_back(i);
         } else {
-          take_twin(i);
-          verdict(i);
+          take_twin(f, i);
+          verdict(f, i);
         }
         break;
     }
   };
   // Trajectory i's last answer has its verdict: it stops, or its next answer is asked for now.
-  verdict = [&](size_t i) {
-    Trajectory& t = traj[i];
-    stop_after_verdict(t, o.max_turns);
+  verdict = [&](Flow& f, size_t i) {
+    Trajectory& t = f.b->traj[i];
+    stop_after_verdict(t, f.b->opts.max_turns);
     if (!t.stop_reason.empty()) return;
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
-    if (!next_request(b, i, turn, &r, stats)) return;
-    if (stats && generating > 0) ++stats->asked_while_decoding;
-    ++generating;
+    if (!next_request(*f.b, i, turn, &r, stats)) return;
+    if (stats && own.generating + next.generating > 0) ++stats->asked_while_decoding;
+    if (stats && &f == &next) ++stats->asked_ahead;
+    ++f.generating;
     std::vector<int32_t> context = r.prompt;
-    engine_.add(std::move(r), [&, i, context = std::move(context)](int, const gen::Completion& c) { landed(i, context, c); });
+    engine_.add(std::move(r), [&landed, fp = &f, i, context = std::move(context)](int, const gen::Completion& c) {
+      landed(*fp, i, context, c);
+    });
   };
-  auto arrived = [&](size_t id, eval::EvalResult r) {
-    const size_t i = id - b.id_base;
-    judging.erase(i);
-    TurnRecord& rec = traj[i].turns.back();
+  auto arrived = [&](Flow& f, size_t id, eval::EvalResult r) {
+    RolloutBatch& x = *f.b;
+    const size_t i = id - x.id_base;
+    f.judging.erase(i);
+    TurnRecord& rec = x.traj[i].turns.back();
     rec.result = std::move(r);
-    if (o.memory) o.memory->remember(problem_identity(*tasks[b.prompts[traj[i].prompt].task].problem), rec.text, rec.result);
+    if (x.opts.memory) x.opts.memory->remember(problem_identity(*tasks[x.prompts[x.traj[i].prompt].task].problem), rec.text, rec.result);
     std::vector<size_t> twins;
-    if (auto it = twins_of.find({i, static_cast<int>(traj[i].turns.size())}); it != twins_of.end()) {
+    if (auto it = f.twins_of.find({i, static_cast<int>(x.traj[i].turns.size())}); it != f.twins_of.end()) {
       twins = std::move(it->second);
-      twins_of.erase(it);
+      f.twins_of.erase(it);
     }
-    verdict(i);
+    verdict(f, i);
     for (size_t j : twins) {
-      take_twin(j);
-      verdict(j);
+      take_twin(f, j);
+      verdict(f, j);
     }
   };
-
-  // Where start() (or a checkpoint) left the batch: no turn yet (the first is decoded here),
-  // its last turn being judged, or judged.
-  std::vector<size_t> ready;
-  // Batch x's first turn to the engine, every prompt checked before any is decoded; `land`
-  // gets each answer as (trajectory, context, completion).
-  auto add_first_turn = [&](RolloutBatch& x, int64_t& count, auto land) {
+  // Batch f's first turn to the engine, every prompt checked before any is decoded.
+  auto add_first_turn = [&](Flow& f) {
+    RolloutBatch& x = *f.b;
     const size_t g = static_cast<size_t>(x.opts.group_size);
     std::vector<gen::GenerationRequest> first;
     for (size_t p = 0; p < x.prompts.size(); ++p) first.push_back(first_request(x, p, tasks));
     for (size_t p = 0; p < first.size(); ++p) {
       std::vector<int32_t> context = first[p].prompt;
-      count += static_cast<int64_t>(g);
-      engine_.add(std::move(first[p]), [land, p, g, context = std::move(context)](int sample, const gen::Completion& c) {
-        land(p * g + static_cast<size_t>(sample), context, c);
+      f.generating += static_cast<int64_t>(g);
+      engine_.add(std::move(first[p]), [&landed, fp = &f, p, g, context = std::move(context)](int sample, const gen::Completion& c) {
+        landed(*fp, p * g + static_cast<size_t>(sample), context, c);
       });
     }
   };
+
+  // Where start() (or a checkpoint, or the last finish() beside) left the batch: no turn yet
+  // (the first is decoded here), its running trajectories' last answers being judged, or judged.
+  std::vector<Trajectory>& traj = b.traj;
+  std::vector<size_t> ready;
   if (b.turns == 0) {
-    add_first_turn(b, generating, [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
-      landed(i, context, c);
-    });
+    add_first_turn(own);
   } else if (!b.collected) {
     for (size_t i : b.answering)
-      if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) judging.insert(i);
+      if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) own.judging.insert(i);
     for (size_t i : b.answering) {
       const TurnRecord& rec = traj[i].turns.back();
-      if (rec.twin_of && pending(*rec.twin_of)) twins_of[*rec.twin_of].push_back(i);
+      if (rec.twin_of && pending(own, *rec.twin_of)) own.twins_of[*rec.twin_of].push_back(i);
       else if (rec.twin_of || rec.reused) ready.push_back(i);
     }
   } else {
@@ -278,53 +297,38 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   b.answering.clear();
   b.twins.clear();
   for (size_t i : ready) {
-    if (traj[i].turns.back().twin_of) take_twin(i);
-    verdict(i);
+    if (traj[i].turns.back().twin_of) take_twin(own, i);
+    verdict(own, i);
   }
-
   // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
-  // MooreEval as they land, as generate_turn's would; their verdicts are the next finish()'s.
-  int64_t beside_generating = 0;
-  std::vector<size_t> beside_to_plant;
-  auto beside_submit = [&](size_t i) {
-    if (submit_answer(*beside, i, 1, tasks, stats) == Judged::kTwin) beside->twins.push_back(i);
-  };
-  auto beside_key = [&](size_t i) -> const std::string& {
-    return tasks[beside->prompts[beside->traj[i].prompt].task].problem->key;
-  };
+  // MooreEval as they land, as generate_turn's would.
   if (beside) {
     MC_INTERNAL_ASSERT(beside->turns == 0 && beside->collected, "rollouts: the batch decoded beside has begun already");
-    add_first_turn(*beside, beside_generating, [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
-      beside->traj[i].turns.push_back(sampled(context, c));
-      if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
-      --beside_generating;
-      if (planted_ && planted_->find(beside_key(i), beside->opts.step, 1, beside->traj[i].sample))
-        beside_to_plant.push_back(i);
-      else
-        beside_submit(i);
-    });
-    beside->turns = 1;
-    beside->collected = false;
-    beside->answering.clear();
-    beside->twins.clear();
-    for (size_t i = 0; i < beside->traj.size(); ++i) beside->answering.push_back(i);
+    add_first_turn(next);
   }
 
   bool held = false, waited = false;
   auto hold = [&](bool h) {
-    if (o.hold_judges && h != held) verifier_.hold(h);
+    if (b.opts.hold_judges && h != held) verifier_.hold(h);
     held = h;
   };
   std::vector<size_t> ids;
   auto judging_ids = [&] {
     ids.clear();
-    for (size_t i : judging) ids.push_back(b.id_base + i);
+    for (const Flow* f : {&own, &next})
+      if (f == &own || f->settle)
+        for (size_t i : f->judging) ids.push_back(f->b->id_base + i);
     return ids;
   };
+  auto flow_of = [&](size_t id) -> Flow& {
+    return beside && id >= beside->id_base && id - beside->id_base < beside->traj.size() ? next : own;
+  };
   for (;;) {
-    if (!judging.empty())
-      for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(id, std::move(r));
-    if (generating > 0 || beside_generating > 0) {  // the judges may not time while our kernels run
+    // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
+    if (own.judging.empty() && own.generating == 0) next.settle = false;
+    if (!own.judging.empty() || (next.settle && !next.judging.empty()))
+      for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(flow_of(id), id, std::move(r));
+    if (own.generating > 0 || next.generating > 0) {  // the judges may not time while our kernels run
       if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
         auto th = Clock::now();
         hold(true);
@@ -333,20 +337,16 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
       auto t0 = Clock::now();
       engine_.step();
       if (stats) stats->generate_s += since(t0);
-      for (size_t i : std::exchange(to_plant, {})) {
-        plant(traj[i].turns.back(), *planted_->find(tasks[b.prompts[traj[i].prompt].task].problem->key, o.step,
-                                                   static_cast<int>(traj[i].turns.size()), traj[i].sample),
-              o.sampling.temperature);
-        answered(i);
-      }
-      for (size_t i : std::exchange(beside_to_plant, {})) {
-        plant(beside->traj[i].turns.back(), *planted_->find(beside_key(i), beside->opts.step, 1, beside->traj[i].sample),
-              beside->opts.sampling.temperature);
-        beside_submit(i);
-      }
+      for (Flow* f : {&own, &next})
+        for (size_t i : std::exchange(f->to_plant, {})) {
+          Trajectory& t = f->b->traj[i];
+          plant(t.turns.back(), *planted_->find(problem_key(*f, i), f->b->opts.step, static_cast<int>(t.turns.size()), t.sample),
+                f->b->opts.sampling.temperature);
+          answered(*f, i);
+        }
       continue;
     }
-    if (judging.empty()) break;
+    if (own.judging.empty()) break;
     hold(false);
     if (!waited && at_first_wait) {
       waited = true;
@@ -358,15 +358,23 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     const double wait_began = unix_now();
     for (auto& [id, r] : verifier_.collect_any(judging_ids())) {
       count_wait(stats, r, wait_began);
-      arrived(id, std::move(r));
+      arrived(flow_of(id), id, std::move(r));
     }
     if (stats) stats->verify_wait_s += since(t1);
   }
   hold(false);
-  MC_INTERNAL_ASSERT(twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
+  MC_INTERNAL_ASSERT(own.twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
   if (beside) {
-    beside->answers += static_cast<int64_t>(beside->answering.size());
-    beside->twin_answers += static_cast<int64_t>(beside->twins.size());
+    // Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
+    // memory's): the next finish() takes them.
+    beside->answering.clear();
+    beside->twins.clear();
+    for (size_t i = 0; i < beside->traj.size(); ++i) {
+      if (!beside->traj[i].stop_reason.empty()) continue;
+      beside->answering.push_back(i);
+      if (beside->traj[i].turns.back().twin_of) beside->twins.push_back(i);
+    }
+    beside->collected = beside->answering.empty();
   }
   if (!waited && at_first_wait) at_first_wait();
   for (auto& t : traj)
@@ -465,6 +473,10 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   const int turn = b.turns + 1;
   b.answering.clear();
   b.twins.clear();
+  for (const Trajectory& t : b.traj)
+    MC_CHECK(!t.stop_reason.empty() || static_cast<int>(t.turns.size()) == b.turns,
+             "rollouts: turn by turn, every running trajectory must be at the same turn; this batch's trajectories "
+             "reached different turns (pipelined, --repairs-ahead): go on with --pipeline-turns");
   if (turn > o.max_turns) return false;
   c10::AutoGradMode no_grad(false);
   std::vector<Trajectory>& traj = b.traj;
@@ -536,18 +548,19 @@ void RolloutRunner::collect_turn(RolloutBatch& b, RolloutStats* stats) {
     if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) ids.push_back(b.id_base + i);
   auto t1 = Clock::now();
   const double wait_began = unix_now();
+  std::set<size_t> judged_now;
   for (auto& [id, r] : verifier_.collect(ids)) {
     count_wait(stats, r, wait_began);
     traj[id - b.id_base].turns.back().result = std::move(r);
+    judged_now.insert(id - b.id_base);
   }
   if (stats) stats->verify_wait_s += since(t1);
-  // This turn's answers that were judged now: the (problem, text) entries of `judged` that
-  // point at this turn, less those whose verdict came from the memory.
+  // The answers judged now: the (problem, text) entries of `judged` that point at the last
+  // answer of a trajectory collected here.
   if (b.opts.memory)
-    for (const auto& [answer, where] : b.judged) {
-      const TurnRecord& rec = traj[where.first].turns[static_cast<size_t>(where.second - 1)];
-      if (where.second == b.turns && !rec.reused) b.opts.memory->remember(answer.first, answer.second, rec.result);
-    }
+    for (const auto& [answer, where] : b.judged)
+      if (judged_now.count(where.first) && where.second == static_cast<int>(traj[where.first].turns.size()))
+        b.opts.memory->remember(answer.first, answer.second, traj[where.first].turns.back().result);
   for (size_t i : b.twins) share_twin_verdict(traj, i, b.opts.tag);
   for (size_t i : b.answering) stop_after_verdict(traj[i], b.opts.max_turns);
   b.collected = true;

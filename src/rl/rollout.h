@@ -113,6 +113,8 @@ struct RolloutStats {
   // RolloutOptions::pipeline: later answers asked for while the engine was decoding others
   // (their verdict's wait hidden behind that decoding).
   int64_t asked_while_decoding = 0;
+  // finish(..., beside_repairs): the batch beside's later answers asked for in this loop.
+  int64_t asked_ahead = 0;
   // Host work on the rollout's thread, between engine steps or inside them (an answer lands in
   // the engine's completion callback): handing answers to MooreEval (extraction, static checks,
   // the compile's submission) and making later turns' prompts (the conversation tokenized again).
@@ -128,10 +130,12 @@ struct RolloutBatch {
   std::vector<std::vector<tok::ChatTurn>> convo;  // per trajectory: the conversation so far
   // (problem, answer text) -> (trajectory, turn) of the first such answer judged in the batch.
   std::map<std::pair<std::string, std::string>, std::pair<size_t, int>> judged;
-  int turns = 0;
+  int turns = 0;  // the most turns any trajectory has answered
   bool collected = true;
-  std::vector<size_t> answering;  // trajectories that answered the last generated turn
-  std::vector<size_t> twins;      // ... of which share an earlier answer's verdict
+  // Trajectories whose last answer awaits its verdict: the last turn generated (turn by turn),
+  // or, for a batch left by finish(..., beside_repairs), each at the turn it has reached.
+  std::vector<size_t> answering;
+  std::vector<size_t> twins;  // ... of which share an earlier answer's verdict
   size_t id_base = 0;
   int64_t answers = 0, twin_answers = 0, reused_answers = 0;  // over all turns
   // Checkpoints: a batch whose last turn is collected (tasks by problem key). `opts` is not
@@ -159,12 +163,20 @@ class RolloutRunner {
   // was none to wait for. `beside` (with b.opts.pipeline; --async): another batch, fresh from
   // start(..., first_turn_now=false), whose first turn is decoded in the same loop, beside this
   // batch's turns, each answer going to MooreEval as it lands. finish() returns once this batch
-  // has stopped and `beside`'s first turn is sampled, which leaves `beside` as
+  // has stopped and `beside`'s answers asked for are sampled, which leaves `beside` as
   // start(..., first_turn_now=true) would: turn 1 submitted, its verdicts not collected.
+  // `beside_repairs` (--repairs-ahead): `beside`'s verdicts are taken here too, and its failed
+  // answers' next turns asked for at once, so that the engine decodes them while this batch's
+  // last verdicts are judged instead of waiting idle; asking stops when this batch has stopped,
+  // and `beside` is left with each running trajectory's last answer awaiting its verdict, at
+  // whatever turn it has reached.
   void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-              const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr);
+              const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr,
+              bool beside_repairs = false);
   // One step of each: the next turn for every trajectory still going (false: none), and the
   // wait for its verdicts.
+  // generate_turn needs every running trajectory at the same turn (a batch from pipelined turns
+  // may not be: mc::Error); collect_turn waits for every answer of `answering`.
   bool generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats);
   void collect_turn(RolloutBatch& b, RolloutStats* stats);
   // ChatML with the generation prompt, tokenized.
@@ -175,7 +187,7 @@ class RolloutRunner {
   // as it comes and asks for that trajectory's next answer at once. The judges are held while
   // the engine has work and released while the loop waits for verdicts with nothing to decode.
   void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                        const std::function<void()>& at_first_wait, RolloutBatch* beside);
+                        const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs);
   // Prompt p's first turn: G samples of one request.
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's

@@ -77,6 +77,8 @@ void check_options(const RlOptions& o) {
   MC_CHECK(o.save_every >= 0 && o.keep_last >= 1 && o.samples_every >= 0, "--save-every and --samples-every must be >= 0, --keep >= 1");
   MC_CHECK(!(o.async && o.off_policy > 0), "--async and --off-policy ", o.off_policy,
            " contradict each other: --async already trains on rollouts one step old (use one of them)");
+  MC_CHECK(!o.repairs_ahead || (o.async && o.pipeline_turns),
+           "--repairs-ahead asks for the next step's later turns beside this step's: it needs --async and --pipeline-turns");
   MC_CHECK(o.keep_solved.empty() || o.keep_varied.empty(),
            "--keep-solved and --keep-varied contradict each other: give one probe filter");
   MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
@@ -236,7 +238,7 @@ struct StepRollouts {
   RolloutBatch batch;                // this rank's prompts (batch.prompts) and trajectories
 };
 
-// The next step's rollouts, first turn collected, saved with a checkpoint (--async).
+// The next step's rollouts, the answers made so far with their verdicts, saved with a checkpoint (--async).
 json to_json(const StepRollouts& s, const std::vector<synth::Task>& tasks) {
   return {{"prompts", s.prompts}, {"global_index", s.global_index}, {"repairs_drawn", s.repairs_drawn},
           {"repairs_skipped", s.repairs_skipped}, {"batch", s.batch.to_json(tasks)}};
@@ -357,7 +359,7 @@ RlResult run_rl(const RlOptions& o) {
                             {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
                             {"order", o.order}, {"off_policy", o.off_policy}};
   auto next_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-next-rank{:05d}.json", dist.rank()); };
-  std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated
+  std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated (and more: --repairs-ahead)
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
   std::optional<double> anchor_start;  // the anchor set's loss before the first step
@@ -418,7 +420,7 @@ RlResult run_rl(const RlOptions& o) {
                {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0},
                {"async", o.async}};
     if (anchor_start) st["anchor_loss_start"] = *anchor_start;
-    // The next step's first turn is saved with its verdicts: wait for them.
+    // The next step's answers so far are saved with their verdicts: wait for them.
     if (next) runner.collect_turn(next->batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
                            [&](const std::string& dir) {
@@ -517,7 +519,8 @@ RlResult run_rl(const RlOptions& o) {
     cur.batch.opts = rollout_options(step);  // a batch loaded from a checkpoint has none saved
     // --async: the next step's first turn, generated while this step's answers are judged: turn
     // by turn, whole, at this step's first wait; pipelined, decoded from the start beside this
-    // step's turns, in the same loop (prefetch_generate_s is then 0: the engine's steps serve both).
+    // step's turns, in the same loop (prefetch_generate_s is then 0: the engine's steps serve both),
+    // and with --repairs-ahead its failed answers' next turns too, while this step's run.
     const bool prefetching = o.async && step + 1 < sched.total_steps;
     const bool beside = prefetching && o.pipeline_turns;
     auto draw_next = [&](bool first_turn_now) {
@@ -532,7 +535,7 @@ RlResult run_rl(const RlOptions& o) {
       draw_next(/*first_turn_now=*/true);
       prefetch_s = since(t);
     };
-    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr);
+    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr, beside && o.repairs_ahead);
     const std::vector<RolloutPrompt>& mine = cur.batch.prompts;
     const std::vector<size_t>& global_index = cur.global_index;
     std::vector<Trajectory>& traj = cur.batch.traj;
@@ -834,6 +837,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"wait_answers", rstats.wait_answers},
                 {"wait_work_s", rstats.wait_work_s},
                 {"asked_while_decoding", rstats.asked_while_decoding},
+                {"asked_ahead", rstats.asked_ahead},
                 // Host work of the rollout loop (RolloutStats): answers handed to MooreEval
                 // (inside generation: they land in the engine's callbacks) and later turns' prompts.
                 {"submit_s", rstats.submit_s},

@@ -84,6 +84,13 @@ struct RlOptions {
   // Turns 2 and on pipelined (RolloutOptions::pipeline): a trajectory's next answer is asked for
   // as soon as its verdict is in, so its verification hides behind other answers' decoding.
   bool pipeline_turns = false;
+  // With async and pipeline_turns: the next step's verdicts are taken in this step's loop too,
+  // and its failed answers' next turns asked for at once (RolloutRunner::finish's
+  // beside_repairs), from this step's policy as its first turn is. The engine then decodes them
+  // while this step's last verdicts are judged, where it would wait idle. A step's later turns
+  // may so come from the policy before the last update; the loss is on turn 1 (PrimeEcho), and
+  // every token's rollout log-probability is kept for the ratio and MirrorPop either way.
+  bool repairs_ahead = false;
   // With pipeline_turns, answers are asked for one by one as verdicts come: the engine holds
   // them (gen::EngineOptions::admit_together) until this many can be prefilled in one call, for
   // at most admit_wait_steps decode steps. Each prefill call otherwise stalls every running

@@ -107,7 +107,7 @@ def without_timing(row):
     # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
             "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
-            "asked_while_decoding", "submit_s", "ask_s"}
+            "asked_while_decoding", "asked_ahead", "submit_s", "ask_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -521,6 +521,46 @@ def test_pipelined_turns(setup):
     mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing", "--cudnn-attention"))
     assert_same_run(ref, out)
     assert_same_trajectories(ref, out)
+
+
+def test_repairs_ahead(setup):
+    """--repairs-ahead: the next step's verdicts are taken in this step's pipelined loop too, and
+    its failed answers' second turns asked for at once, where the engine would otherwise wait for
+    this step's last verdicts. The answers that fail here fail whatever the weights (the tiny
+    model's own never extract; the rest are planted), and the loss is on turn 1, so the run is
+    the same as test_pipelined_turns's --async --pipeline-turns run, rows and weights; killed
+    after step 2 and resumed from step 1's checkpoint, whose next step holds trajectories at
+    turn 2 beside ones at turn 1, it is the same again. Resumed turn by turn, such a batch is
+    refused, naming why."""
+    base = setup[0]
+    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns")
+    ref, out, killed = base / "async-pipelined", base / "async-ahead", base / "async-ahead-killed"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--repairs-ahead"))
+    a = assert_same_run(ref, out)
+    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+    assert_same_trajectories(ref, out, later_text=False)
+    p = read_jsonl(out / "metrics.jsonl")
+    # Steps 1 and 2 asked for the next step's second turns (step 2's 1_Add sample 1 is wrong at
+    # turn 1); the last step has no next step.
+    assert p[0]["asked_ahead"] >= 1 and p[1]["asked_ahead"] >= 1 and p[2]["asked_ahead"] == 0, \
+        [x["asked_ahead"] for x in p]
+    assert all(x["asked_ahead"] == 0 for x in read_jsonl(ref / "metrics.jsonl"))
+    r = mc(*rl_args(setup, killed, *args, "--repairs-ahead", "--exit-after-step", "2"), check=False)
+    assert r.returncode != 0
+    saved = json.loads((killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").read_text())
+    reached = {len(t["turns"]) for t in saved["batch"]["trajectories"]}
+    assert reached == {1, 2}, reached
+    # Turn by turn cannot go on from trajectories at different turns.
+    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--async", "--resume"), check=False)
+    assert r.returncode != 0 and "reached different turns" in r.stderr and "--pipeline-turns" in r.stderr, r.stderr[-2000:]
+    r = mc(*rl_args(setup, killed, *args, "--repairs-ahead", "--resume"))
+    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    assert_same_run(out, killed)
+    assert_same_trajectories(out, killed, later_text=False)
+    r = mc(*rl_args(setup, base / "ahead-alone", "--max-steps", "1", "--async", "--repairs-ahead"), check=False)
+    assert r.returncode != 0 and "--repairs-ahead" in r.stderr and "--pipeline-turns" in r.stderr, r.stderr
 
 
 def assert_same_trajectories(ref, out, later_text=True):
