@@ -316,12 +316,13 @@ def test_async_through_the_service(setup):
     """--async with MooreEval as a service (`musacoder serve` on loopback): the next step's
     answers are sent while this step's are outstanding, and each step collects only its own
     (the service verifier keeps answers it was not asked for). Same verdicts and the same
-    off-policy drop as in process."""
+    off-policy drop as in process; pipelined, and with --repairs-ahead (the next step's verdicts
+    taken in this step's waits), the same trajectories."""
     base = setup[0]
     tmp = base / "serve-async"
     tmp.mkdir()
     out = tmp / "run"
-    piped = tmp / "pipelined"
+    piped, ahead = tmp / "pipelined", tmp / "ahead"
     with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
                         "--timing-budget", "0.1", "--speed-weight", "0") as url:
         # The service computes the rewards: one started with other settings than the run's is
@@ -335,7 +336,11 @@ def test_async_through_the_service(setup):
         # the loop waits for all outstanding ones at once, and the run is the same.
         mc(*replaced(rl_args(setup, piped, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns"),
                      verify_device=None))
+        # --repairs-ahead through the service: the wait takes both steps' verdicts, each once.
+        mc(*replaced(rl_args(setup, ahead, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns",
+                             "--repairs-ahead"), verify_device=None))
     assert_same_trajectories(out, piped)
+    assert_same_trajectories(out, ahead, later_text=False)
     a = read_jsonl(out / "metrics.jsonl")
     assert [x["step"] for x in a] == [1, 2, 3]
     assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
