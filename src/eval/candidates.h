@@ -17,6 +17,11 @@ struct Candidate {
   std::string answer;       // raw text: source or a model's markdown answer
   std::string origin;       // "file.py" or "answers.jsonl:12"
   std::string input_error;  // non-empty: why this item cannot be evaluated
+  // Lower is judged sooner: the compile pool and the judges take the lowest first, in arrival
+  // order among equals. A trainer with two steps' answers outstanding (train rl --async) gives
+  // each its step, so this step's last answers, which the step waits for, are not queued behind
+  // the next step's. The caller's, never the answer's; not sent to a service.
+  int64_t priority = 0;
 };
 
 // `path` is a folder or a .jsonl file.

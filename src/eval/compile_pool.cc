@@ -240,7 +240,7 @@ void CompilePool::worker_loop() {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (stop_) return;
-      job = std::move(queue_.front());
+      job = std::move(queue_.front().second);
       queue_.pop_front();
       ++busy_;
     }
@@ -255,7 +255,7 @@ CompilePool::Load CompilePool::load() const {
   return {threads_.size(), busy_, queue_.size()};
 }
 
-std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req) {
+std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req, int64_t priority) {
   KeyBuilder k;
   k.add(to_string(req.format)).add(req.native_source);
   for (const auto& c : req.calls) k.add(c.source_key());
@@ -272,7 +272,9 @@ std::shared_future<CompileOutcome> CompilePool::submit(const CompileRequest& req
   });
   std::shared_future<CompileOutcome> fut = task->get_future().share();
   inflight_[key] = fut;
-  queue_.push_back([task] { (*task)(); });
+  auto at = queue_.end();  // after every job of this priority or lower
+  while (at != queue_.begin() && std::prev(at)->first > priority) --at;
+  queue_.insert(at, {priority, [task] { (*task)(); }});
   cv_.notify_one();
   return fut;
 }

@@ -87,7 +87,8 @@ class CompilePool {
   CompilePool(const CompilePool&) = delete;
   CompilePool& operator=(const CompilePool&) = delete;
 
-  std::shared_future<CompileOutcome> submit(const CompileRequest& req);
+  // Queued by `priority` (lower first), in arrival order among equals.
+  std::shared_future<CompileOutcome> submit(const CompileRequest& req, int64_t priority = 0);
   // Runs a request on the calling thread (used by `musacoder check --compile` and tests).
   CompileOutcome compile_now(const CompileRequest& req);
 
@@ -136,7 +137,7 @@ class CompilePool {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   size_t busy_ = 0;
-  std::deque<std::function<void()>> queue_;
+  std::deque<std::pair<int64_t, std::function<void()>>> queue_;  // (priority, job), lowest first
   std::map<std::string, std::shared_future<CompileOutcome>> inflight_;
   std::vector<std::thread> threads_;
   bool stop_ = false;

@@ -124,16 +124,18 @@ struct Evaluator::Impl {
   std::optional<Item> take_ready(int gpu, int lane) {
     std::unique_lock lk(mu);
     while (true) {
-      const bool may = may_work(gpu, lane);
-      for (auto it = pending.begin(); may && it != pending.end(); ++it) {
-        if (may_take(*it)) {
-          Item item = std::move(*it);
-          pending.erase(it);
-          ++executing;
-          busy_since[{gpu, lane}] = Clock::now();
-          if (lane > 0 && engaged.insert({gpu, lane}).second) cv.notify_all();  // the next lane may start
-          return item;
-        }
+      // The first takeable candidate of the lowest priority (Candidate::priority).
+      auto best = pending.end();
+      if (may_work(gpu, lane))
+        for (auto it = pending.begin(); it != pending.end(); ++it)
+          if ((best == pending.end() || it->cand.priority < best->cand.priority) && may_take(*it)) best = it;
+      if (best != pending.end()) {
+        Item item = std::move(*best);
+        pending.erase(best);
+        ++executing;
+        busy_since[{gpu, lane}] = Clock::now();
+        if (lane > 0 && engaged.insert({gpu, lane}).second) cv.notify_all();  // the next lane may start
+        return item;
       }
       if (stop) return std::nullopt;
       cv.wait_for(lk, std::chrono::milliseconds(20));
@@ -299,7 +301,7 @@ void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
     m.finish(it);
     return;
   }
-  if (it.prep.compile) it.compiled = m.pool->submit(*it.prep.compile);
+  if (it.prep.compile) it.compiled = m.pool->submit(*it.prep.compile, it.cand.priority);
   std::call_once(m.started, [&] { m.start_gpu_threads(); });
   {
     std::lock_guard lk(m.mu);

@@ -445,6 +445,7 @@ RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, in
   c.sample_id = sample_id(o.tag, t, turn);
   c.answer = t.turns.back().text;
   c.origin = "rollout";
+  c.priority = o.step;  // with --async, this step's answers before the next step's
   verifier_.submit(b.id_base + i, std::move(c));
   return Judged::kSubmitted;
 }

@@ -88,7 +88,7 @@ struct RolloutOptions {
   bool hold_judges = true;       // hold the judges while generating (they share our GPU)
   bool progress = true;
   std::string tag;               // sample ids: "<tag>-p<prompt>-g<sample>-t<turn>"
-  int64_t step = 0;              // 1-based, for planted answers
+  int64_t step = 0;              // 1-based, for planted answers and MooreEval's priority (this step first)
   VerdictMemory* memory = nullptr;  // verdicts of earlier steps' answers (null: judge every answer)
   // Turns 2 and on pipelined: a trajectory's next answer is asked for as soon as its verdict
   // is in, while other answers are still decoded or judged, instead of after the whole turn's

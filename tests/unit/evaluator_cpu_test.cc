@@ -9,10 +9,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -556,6 +559,54 @@ TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
   EvalResult r = fut.get();
   EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
   EXPECT_TRUE(r.candidate_time.has_value());
+}
+
+// Candidate::priority: a judge takes the lowest first, in arrival order among equals, so that a
+// trainer's answers of this step are not queued behind the next step's (train rl --async). One
+// lane is held by a candidate waiting for timing while three more arrive, the last with the
+// lowest priority: it is judged right after the first.
+TEST(EvaluatorCpu, LowerPriorityIsJudgedFirst) {
+  ProblemPtr add = case_problem("1_Add");
+  auto adds = honest_adds(add, 4);
+  adds[0].sample_id = "first";
+  adds[1].sample_id = "later_a";
+  adds[1].priority = 2;
+  adds[2].sample_id = "later_b";
+  adds[2].priority = 2;
+  adds[3].sample_id = "sooner";
+  adds[3].priority = 1;
+  EvalConfig cfg;
+  cfg.trial_timeout_s = 10;
+  cfg.timing_budget_s = 0.1;
+  EvaluatorOptions o = cpu_options();
+  o.timing_gate = true;
+  o.lanes = 1;
+  Evaluator ev(cfg, o);
+  std::mutex mu;
+  std::vector<std::string> order;
+  std::vector<Verdict> verdicts;
+  std::condition_variable cv;
+  auto done = [&](EvalResult r) {
+    std::lock_guard lk(mu);
+    order.push_back(r.sample_id);
+    verdicts.push_back(r.verdict);
+    cv.notify_all();
+  };
+  ev.hold_timing(true);
+  ev.submit(adds[0], done);
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (ev.stats().executing == 0 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(ev.stats().executing, 1u) << "the first candidate never reached the judge";
+  for (int i = 1; i < 4; ++i) ev.submit(adds[i], done);
+  while (ev.stats().ready < 3 && std::chrono::steady_clock::now() < until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(ev.stats().ready, 3u) << "the three later candidates were not compiled and waiting";
+  ev.hold_timing(false);
+  std::unique_lock lk(mu);
+  ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(240), [&] { return order.size() == 4; }));
+  EXPECT_EQ(order, (std::vector<std::string>{"first", "sooner", "later_a", "later_b"}));
+  for (Verdict v : verdicts) EXPECT_EQ(v, Verdict::kOk);
 }
 
 // With defer_timing, a judge does not sit on a candidate that passed while timing is held: it
