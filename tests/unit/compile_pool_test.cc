@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
 #include <nlohmann/json.hpp>
 
 #include "common/fs.h"
@@ -56,6 +57,33 @@ TEST(CompilePool, NativeCompileAndCacheHit) {
   EXPECT_EQ(second.status, CompileOutcome::Status::kOk);
   EXPECT_TRUE(second.cached);
   EXPECT_EQ(second.seconds, 0);
+}
+
+// submit(req, priority): the queue gives a worker the lowest priority first, in arrival order
+// among equals (an RL step's answers before the next step's). One worker busy with a first
+// compile while three more arrive, the last with the lowest priority: it is built second.
+TEST(CompilePool, LowerPriorityIsBuiltFirst) {
+  mc::TempDir cache;
+  CompilePoolOptions o;
+  o.workers = 1;
+  o.cache_dir = cache.path().string();
+  CompilePool one(discover_toolchain("90"), o);
+  auto native = [](int i) {
+    CompileRequest r;
+    r.format = SolutionFormat::kNative;
+    r.native_source = mc::read_file(mc::test::cases_dir() + "/gpu/native/2_ReLU.cu") + "\n// priority " +
+                      std::to_string(i) + "\n";
+    return r;
+  };
+  auto first = one.submit(native(0));
+  auto later_a = one.submit(native(1), 2), later_b = one.submit(native(2), 2), sooner = one.submit(native(3), 1);
+  ASSERT_EQ(sooner.get().status, CompileOutcome::Status::kOk);
+  EXPECT_EQ(first.wait_for(std::chrono::seconds(0)), std::future_status::ready);
+  EXPECT_EQ(later_b.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "built before the sooner one";
+  ASSERT_EQ(later_a.get().status, CompileOutcome::Status::kOk);
+  EXPECT_EQ(later_b.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "built before later_a";
+  EXPECT_EQ(later_b.get().status, CompileOutcome::Status::kOk);
+  EXPECT_FALSE(later_b.get().cached);
 }
 
 TEST(CompilePool, CompileErrorsAreTrimmedAndCached) {
