@@ -313,10 +313,10 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     held = h;
   };
   std::vector<size_t> ids;
-  auto judging_ids = [&] {
+  auto judging_ids = [&] {  // the verdicts this loop takes: own's, and beside's while settled here
     ids.clear();
     for (const Flow* f : {&own, &next})
-      if (f == &own || f->settle)
+      if (f->settle)
         for (size_t i : f->judging) ids.push_back(f->b->id_base + i);
     return ids;
   };
@@ -326,8 +326,8 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   for (;;) {
     // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
     if (own.judging.empty() && own.generating == 0) next.settle = false;
-    if (!own.judging.empty() || (next.settle && !next.judging.empty()))
-      for (auto& [id, r] : verifier_.collect_ready(judging_ids())) arrived(flow_of(id), id, std::move(r));
+    if (!judging_ids().empty())
+      for (auto& [id, r] : verifier_.collect_ready(ids)) arrived(flow_of(id), id, std::move(r));
     if (own.generating > 0 || next.generating > 0) {  // the judges may not time while our kernels run
       if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
         auto th = Clock::now();

@@ -237,11 +237,9 @@ def test_resume_equals_uninterrupted(setup):
                                                {"role": "assistant", "content": fenced(RELU_OK)}]}) + "\n")
     args = ("--max-steps", "3", "--save-every", "1", "--off-policy", "1", "--anchor-data", anchor)
     mc(*rl_args(setup, straight, *args))
-    r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
-    assert r.returncode != 0
+    kill_after_step_2(setup, killed, *args)
     assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
-    r = mc(*rl_args(setup, killed, *args, "--resume"))
-    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    resume_from_step_1(setup, killed, *args)
     a = assert_same_run(straight, killed)
     # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
     # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):
@@ -253,6 +251,19 @@ def test_resume_equals_uninterrupted(setup):
     # The retry buffer is in the checkpoint too.
     st = json.load(open(killed / "checkpoints" / "step-00000001" / "trainer_state.json"))
     assert [e["problem"] for e in st["retry_buffer"]["entries"]] == ["2_ReLU"]
+
+
+def kill_after_step_2(setup, killed, *args):
+    """`train rl` with `args` into `killed`, stopped after step 2 (its checkpoint left unwritten:
+    step 1's is the last)."""
+    r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
+    assert r.returncode != 0
+
+
+def resume_from_step_1(setup, killed, *args):
+    """The run in `killed` resumed with `args`, from step 1's checkpoint."""
+    r = mc(*rl_args(setup, killed, *args, "--resume"))
+    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
 
 
 def assert_same_run(straight, killed):
@@ -285,11 +296,9 @@ def test_async_generates_ahead_and_resumes(setup):
     straight, killed = base / "async", base / "async-killed"
     args = ("--max-steps", "3", "--save-every", "1", "--async")
     mc(*rl_args(setup, straight, *args))
-    r = mc(*rl_args(setup, killed, *args, "--exit-after-step", "2"), check=False)
-    assert r.returncode != 0
+    kill_after_step_2(setup, killed, *args)
     assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
-    r = mc(*rl_args(setup, killed, *args, "--resume"))
-    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    resume_from_step_1(setup, killed, *args)
     full = read_jsonl(straight / "metrics.jsonl")
     # Steps 1 and 2 generated the next step's first turn; the last step has none to make.
     assert full[0]["prefetch_generate_s"] > 0 and full[1]["prefetch_generate_s"] > 0
@@ -507,11 +516,9 @@ def test_pipelined_turns(setup):
     # were made for the trajectories that failed (test_rl_steps_reach_every_branch's plan).
     assert all(x["submit_s"] > 0 and x["ask_s"] >= 0 for x in p) and any(x["ask_s"] > 0 for x in p)
     assert_same_trajectories(ref, out, later_text=False)
-    r = mc(*rl_args(setup, killed, *args, "--pipeline-turns", "--exit-after-step", "2"), check=False)
-    assert r.returncode != 0
+    kill_after_step_2(setup, killed, *args, "--pipeline-turns")
     assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
-    r = mc(*rl_args(setup, killed, *args, "--pipeline-turns", "--resume"))
-    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    resume_from_step_1(setup, killed, *args, "--pipeline-turns")
     assert_same_run(out, killed)
     assert_same_trajectories(out, killed, later_text=False)
     # Without --async every step's first turn is decoded in the pipelined loop too, beside the
@@ -552,16 +559,14 @@ def test_repairs_ahead(setup):
     assert p[0]["asked_ahead"] >= 1 and p[1]["asked_ahead"] >= 1 and p[2]["asked_ahead"] == 0, \
         [x["asked_ahead"] for x in p]
     assert all(x["asked_ahead"] == 0 for x in read_jsonl(ref / "metrics.jsonl"))
-    r = mc(*rl_args(setup, killed, *args, "--repairs-ahead", "--exit-after-step", "2"), check=False)
-    assert r.returncode != 0
+    kill_after_step_2(setup, killed, *args, "--repairs-ahead")
     saved = json.loads((killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").read_text())
     reached = {len(t["turns"]) for t in saved["batch"]["trajectories"]}
     assert reached == {1, 2}, reached
     # Turn by turn cannot go on from trajectories at different turns.
     r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--async", "--resume"), check=False)
     assert r.returncode != 0 and "reached different turns" in r.stderr and "--pipeline-turns" in r.stderr, r.stderr[-2000:]
-    r = mc(*rl_args(setup, killed, *args, "--repairs-ahead", "--resume"))
-    assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
+    resume_from_step_1(setup, killed, *args, "--repairs-ahead")
     assert_same_run(out, killed)
     assert_same_trajectories(out, killed, later_text=False)
     r = mc(*rl_args(setup, base / "ahead-alone", "--max-steps", "1", "--async", "--repairs-ahead"), check=False)
