@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <nlohmann/json.hpp>
 
@@ -96,6 +97,57 @@ TEST(CompilePool, CompileErrorsAreTrimmedAndCached) {
   auto again = pool().compile_now(r);
   EXPECT_EQ(again.status, CompileOutcome::Status::kCompileError);
   EXPECT_TRUE(again.cached);
+}
+
+// A native answer builds with nvcc's host and device phases in parallel, a bad one too: its
+// log is what plain nvcc (MUSACODER_NVCC_PHASES=0) prints, word for word, from the phases'
+// own output (status.json's steps say "phased"), not from a second, plain compile. The bad
+// sources: an EDG syntax error, an undefined identifier in a kernel (host and device fronts
+// both report it), a missing header (gcc's preprocessor), and a host function called from a
+// kernel.
+TEST(CompilePool, NativeBuildsInPhasesWithNvccsOwnErrors) {
+  const std::string ok = mc::read_file(mc::test::cases_dir() + "/gpu/native/2_ReLU.cu");
+  std::vector<std::string> bad = {
+      "extern \"C\" int mc_forward() { int x = 1 return x; }\n",
+      "__global__ void k(float* o) { o[0] = expff(o[0]); }\nextern \"C\" int mc_forward() { return 0; }\n",
+      "#include <no_such_header.h>\nextern \"C\" int mc_forward() { return 0; }\n",
+      "float host_only(float x) { return x; }\n__global__ void k(float* o) { o[0] = host_only(o[0]); }\n"
+      "extern \"C\" int mc_forward() { return 0; }\n"};
+  auto build = [&](const std::string& source, bool phases) {
+    mc::TempDir cache;
+    CompilePoolOptions o;
+    o.workers = 1;
+    o.cache_dir = cache.path().string();
+    if (!phases) setenv("MUSACODER_NVCC_PHASES", "0", 1);
+    CompilePool p(discover_toolchain("90"), o);
+    CompileRequest r;
+    r.format = SolutionFormat::kNative;
+    r.native_source = source;
+    auto out = p.compile_now(r);
+    unsetenv("MUSACODER_NVCC_PHASES");
+    nlohmann::json steps;
+    for (const auto& e : mc::fs::recursive_directory_iterator(cache.path()))
+      if (e.path().filename() == "status.json") steps = nlohmann::json::parse(mc::read_file(e.path())).at("steps");
+    if (out.status == CompileOutcome::Status::kOk) {  // the library's exports, while the cache lives
+      mc::SubprocessOptions nm;
+      nm.argv = {"nm", "-D", "--defined-only", "-j", out.modules.at(0).so_path};
+      steps["exports"] = mc::run_command(nm, 60000).out;
+    }
+    return std::make_pair(out, steps);
+  };
+  auto [built, steps] = build(ok, true);
+  ASSERT_EQ(built.status, CompileOutcome::Status::kOk) << built.log << built.error;
+  EXPECT_TRUE(steps.at("phased").get<bool>()) << steps.dump();
+  EXPECT_NE(steps.at("exports").get<std::string>().find("mc_forward"), std::string::npos) << steps.dump();
+  for (const auto& source : bad) {
+    auto [phased, phased_steps] = build(source, true);
+    auto [plain, plain_steps] = build(source, false);
+    ASSERT_EQ(phased.status, CompileOutcome::Status::kCompileError) << source << phased.error;
+    ASSERT_EQ(plain.status, CompileOutcome::Status::kCompileError) << source << plain.error;
+    EXPECT_FALSE(plain_steps.at("phased").get<bool>());
+    EXPECT_TRUE(phased_steps.at("phased").get<bool>()) << source;
+    EXPECT_EQ(phased.log, plain.log) << source;
+  }
 }
 
 // cudafe++ (CUDA 13.0) reports errors on this source and then loops forever (a model's answer
