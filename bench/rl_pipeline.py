@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 
-KEYS = ("generate_s", "verify_wait_s", "train_s", "step_s", "verify_overhead", "asked_while_decoding",
+KEYS = ("generate_s", "verify_wait_s", "drain_s", "train_s", "step_s", "verify_overhead", "asked_while_decoding",
         "pass_rate_turn1", "pass_rate_turn2", "pass_rate_turn3", "answers")
 # Kept in SUMMARY.json, not printed: where the wait went (the waited-for answers' compile,
 # trials, timing, ...) and how many decode steps the engine took.

@@ -334,9 +334,13 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
         hold(true);
         if (stats) stats->verify_wait_s += since(th);
       }
+      const bool draining = own.judging.empty() && own.generating == 0;
       auto t0 = Clock::now();
       engine_.step();
-      if (stats) stats->generate_s += since(t0);
+      if (stats) {
+        stats->generate_s += since(t0);
+        if (draining) stats->drain_s += since(t0);
+      }
       for (Flow* f : {&own, &next})
         for (size_t i : std::exchange(f->to_plant, {})) {
           Trajectory& t = f->b->traj[i];

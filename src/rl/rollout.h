@@ -115,6 +115,10 @@ struct RolloutStats {
   int64_t asked_while_decoding = 0;
   // finish(..., beside_repairs): the batch beside's later answers asked for in this loop.
   int64_t asked_ahead = 0;
+  // RolloutOptions::pipeline with a batch beside: engine time after this step's own
+  // trajectories had all stopped, spent finishing the batch beside's answers already asked for
+  // (the step cannot train before they are done: training changes the weights they decode with).
+  double drain_s = 0;
   // Host work on the rollout's thread, between engine steps or inside them (an answer lands in
   // the engine's completion callback): handing answers to MooreEval (extraction, static checks,
   // the compile's submission) and making later turns' prompts (the conversation tokenized again).

@@ -838,6 +838,7 @@ RlResult run_rl(const RlOptions& o) {
                 {"wait_work_s", rstats.wait_work_s},
                 {"asked_while_decoding", rstats.asked_while_decoding},
                 {"asked_ahead", rstats.asked_ahead},
+                {"drain_s", rstats.drain_s},
                 // Host work of the rollout loop (RolloutStats): answers handed to MooreEval
                 // (inside generation: they land in the engine's callbacks) and later turns' prompts.
                 {"submit_s", rstats.submit_s},

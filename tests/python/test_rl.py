@@ -107,7 +107,7 @@ def without_timing(row):
     # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
             "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
-            "asked_while_decoding", "asked_ahead", "submit_s", "ask_s"}
+            "asked_while_decoding", "asked_ahead", "drain_s", "submit_s", "ask_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -559,6 +559,9 @@ def test_repairs_ahead(setup):
     assert p[0]["asked_ahead"] >= 1 and p[1]["asked_ahead"] >= 1 and p[2]["asked_ahead"] == 0, \
         [x["asked_ahead"] for x in p]
     assert all(x["asked_ahead"] == 0 for x in read_jsonl(ref / "metrics.jsonl"))
+    # The engine's time on the next step's answers after this step's had all stopped; none in
+    # the last step, which has no next step beside it.
+    assert all(x["drain_s"] >= 0 for x in p) and p[2]["drain_s"] == 0, [x["drain_s"] for x in p]
     kill_after_step_2(setup, killed, *args, "--repairs-ahead")
     saved = json.loads((killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").read_text())
     reached = {len(t["turns"]) for t in saved["batch"]["trajectories"]}
