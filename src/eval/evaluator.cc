@@ -57,6 +57,10 @@ struct Evaluator::Impl {
   mutable std::mutex mu;
   std::condition_variable cv;
   std::list<Item> pending;
+  // Submitted, before stages 1-2 (prepare_candidate): the preparing thread takes them in order.
+  std::list<Item> to_prepare;
+  std::once_flag prep_started;
+  std::thread prep_thread;
   size_t executing = 0;
   bool stop = false;
   std::string gate;  // the timing gate file ("" : none)
@@ -238,6 +242,34 @@ struct Evaluator::Impl {
     }
   }
 
+  // Stages 1-2 for each submitted candidate, in submission order; a candidate they settle
+  // (no code, a static violation) is finished here, the others go to the compile pool and the
+  // judges' queue. Everything submitted before the evaluator stops is prepared.
+  void prepare_loop() {
+    for (;;) {
+      Item it;
+      {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return stop || !to_prepare.empty(); });
+        if (to_prepare.empty()) return;  // stopped, nothing left
+        it = std::move(to_prepare.front());
+        to_prepare.pop_front();
+      }
+      it.prep = prepare_candidate(it.cand, cfg, opts.skip_static);
+      if (it.prep.done) {
+        finish(it);
+        continue;
+      }
+      if (it.prep.compile) it.compiled = pool->submit(*it.prep.compile, it.cand.priority);
+      std::call_once(started, [&] { start_gpu_threads(); });
+      {
+        std::lock_guard lk(mu);
+        pending.push_back(std::move(it));
+      }
+      cv.notify_all();
+    }
+  }
+
   void start_gpu_threads() {
     const int lanes = default_lanes(opts.device, opts.lanes);
     for (int g : opts.gpus)
@@ -281,9 +313,10 @@ Evaluator::Evaluator(EvalConfig cfg, EvaluatorOptions opts) : impl_(std::make_un
 Evaluator::~Evaluator() {
   {
     std::lock_guard lk(impl_->mu);
-    impl_->stop = true;  // GPU threads finish what is queued, then leave
+    impl_->stop = true;  // the preparing and GPU threads finish what is queued, then leave
   }
   impl_->cv.notify_all();
+  if (impl_->prep_thread.joinable()) impl_->prep_thread.join();
   for (auto& t : impl_->gpu_threads) t.join();
   if (!impl_->gate.empty()) fs::remove(impl_->gate);
 }
@@ -296,18 +329,12 @@ void Evaluator::submit(Candidate c, std::function<void(EvalResult)> done) {
   it.cand = std::move(c);
   it.done = std::move(done);
   it.start = Clock::now();
-  it.prep = prepare_candidate(it.cand, m.cfg, m.opts.skip_static);
-  if (it.prep.done) {
-    m.finish(it);
-    return;
-  }
-  if (it.prep.compile) it.compiled = m.pool->submit(*it.prep.compile, it.cand.priority);
-  std::call_once(m.started, [&] { m.start_gpu_threads(); });
+  std::call_once(m.prep_started, [&] { m.prep_thread = std::thread([&m] { m.prepare_loop(); }); });
   {
     std::lock_guard lk(m.mu);
-    m.pending.push_back(std::move(it));
+    m.to_prepare.push_back(std::move(it));
   }
-  m.cv.notify_one();
+  m.cv.notify_all();
 }
 
 void Evaluator::hold_timing(bool hold) {
@@ -347,6 +374,7 @@ Evaluator::Stats Evaluator::stats() const {
   {
     std::lock_guard lk(m.mu);
     for (const auto& it : m.pending) (it.compile_ready() ? s.ready : s.compiling)++;
+    s.compiling += m.to_prepare.size();
     s.executing = m.executing;
   }
   s.gpus = m.opts.gpus.size();

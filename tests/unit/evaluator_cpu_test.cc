@@ -609,6 +609,38 @@ TEST(EvaluatorCpu, LowerPriorityIsJudgedFirst) {
   for (Verdict v : verdicts) EXPECT_EQ(v, Verdict::kOk);
 }
 
+// submit() returns at once: extraction and static checks run on the evaluator's preparing
+// thread (an RL rollout submits from the thread that drives the generation engine). A
+// candidate they settle is finished there, with the same verdict as before, in submission order.
+TEST(EvaluatorCpu, SubmitLeavesExtractionAndStaticChecksToThePreparingThread) {
+  ProblemPtr add = case_problem("1_Add");
+  Candidate none = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+  none.answer = "I would write a kernel, but here is only prose.";
+  none.sample_id = "no_code";
+  Candidate banned = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
+  banned.answer = "```python\nimport torch\nimport subprocess\nclass ModelNew(torch.nn.Module):\n"
+                  "    def forward(self, a, b):\n        return a + b\n```";
+  banned.sample_id = "banned";
+  Evaluator ev(EvalConfig{}, cpu_options());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<std::string, Verdict>> got;
+  std::vector<std::thread::id> on;
+  auto done = [&](EvalResult r) {
+    std::lock_guard lk(mu);
+    got.emplace_back(r.sample_id, r.verdict);
+    on.push_back(std::this_thread::get_id());
+    cv.notify_all();
+  };
+  ev.submit(none, done);
+  ev.submit(banned, done);
+  std::unique_lock lk(mu);
+  ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return got.size() == 2; }));
+  EXPECT_EQ(got, (std::vector<std::pair<std::string, Verdict>>{{"no_code", Verdict::kExtractError},
+                                                               {"banned", Verdict::kStaticViolation}}));
+  for (const auto& id : on) EXPECT_NE(id, std::this_thread::get_id()) << "finished on the submitting thread";
+}
+
 // With defer_timing, a judge does not sit on a candidate that passed while timing is held: it
 // gives it back and takes the next, so a failing answer queued behind gets its verdict while the
 // trainer still generates (what --pipeline-turns waits for). The passing one is judged again,
