@@ -4,6 +4,7 @@ a pass at turn 1; a fail, then a pass at turn 2 after feedback; a group that fai
 enters the retry buffer, and comes back as a repair task that is repaired. Also: the update's
 gradient equals a PyTorch reference of the clipped GRPO loss on the same batch, only turn-1
 tokens are trained, a killed run resumes to the same numbers, and bad input gets clear errors."""
+import concurrent.futures
 import json
 import os
 import shutil
@@ -348,8 +349,19 @@ def test_async_through_the_service(setup):
         # --repairs-ahead through the service: the wait takes both steps' verdicts, each once.
         mc(*replaced(rl_args(setup, ahead, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns",
                              "--repairs-ahead"), verify_device=None))
+        # Two runs at once through the one service, as the recipe's RL arms share one
+        # (rl_verifier): each collects only its own answers, and both are as when run alone.
+        together = [tmp / "together-async", tmp / "together-pipelined"]
+        extra = [("--async",), ("--async", "--pipeline-turns")]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            runs = [pool.submit(mc, *replaced(rl_args(setup, d, "--max-steps", "3", "--verifier", url, *e), verify_device=None))
+                    for d, e in zip(together, extra)]
+            for r in runs:
+                r.result()
     assert_same_trajectories(out, piped)
     assert_same_trajectories(out, ahead, later_text=False)
+    assert_same_trajectories(out, together[0])
+    assert_same_trajectories(piped, together[1])
     a = read_jsonl(out / "metrics.jsonl")
     assert [x["step"] for x in a] == [1, 2, 3]
     assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
