@@ -188,24 +188,23 @@ StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir
                                  dir, limits, /*first_failure_stops_rest=*/true);
       for (auto& f : fronts)
         if (f.stuck) return f;  // plain nvcc would run into the same loop
-      if (fronts[0].status.ok() && fronts[1].status.ok()) {
+      auto from_phases = [&](StepResult r) {  // nvcc's result, made by its phases
+        std::error_code ec;
+        fs::remove_all(fs::path(dir) / "nvcc-phases", ec);  // preprocessed sources: megabytes
+        if (phased) *phased = true;
+        return r;
+      };
+      const bool host_ok = fronts[0].status.ok();
+      if (host_ok && fronts[1].status.ok()) {
         auto fin = run_parallel({{"/bin/bash", "-c", plan->final_script}}, dir, limits);
         if (fin[0].status.ok()) {
           fin[0].output = fronts[0].output + fronts[1].output + fin[0].output;
-          std::error_code ec;
-          fs::remove_all(fs::path(dir) / "nvcc-phases", ec);  // preprocessed sources: megabytes
-          if (phased) *phased = true;
-          return fin[0];
+          return from_phases(std::move(fin[0]));
         }
         why = "final phase: " + fin[0].output.substr(0, 2000);
-      } else if (std::string src = cu_source(argv); !fronts[0].status.ok() ? failed_on_the_source(fronts[0], src)
-                                                                            : failed_on_the_source(fronts[1], src)) {
-        StepResult failed = fronts[0].status.ok() ? fronts[1] : fronts[0];
-        if (fronts[0].status.ok()) failed.output = fronts[0].output + fronts[1].output;
-        std::error_code ec;
-        fs::remove_all(fs::path(dir) / "nvcc-phases", ec);
-        if (phased) *phased = true;
-        return failed;
+      } else if (StepResult& failed = host_ok ? fronts[1] : fronts[0]; failed_on_the_source(failed, cu_source(argv))) {
+        if (host_ok) failed.output = fronts[0].output + failed.output;
+        return from_phases(std::move(failed));
       } else {
         why = "front phases: " + fronts[0].output.substr(0, 1500) + fronts[1].output.substr(0, 1500);
       }
