@@ -331,6 +331,21 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
         tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
       fi
+      # RECIPE_START=DIR (default .kb/start when it holds a start.json): a start an earlier lease
+      # packed (RECIPE_PACK_START below; scripts/recipe-seed.sh start-pack), laid over the seed
+      # once per machine: the finished stages through probe-rl and RL's starting checkpoint, so
+      # the recipe begins at the arms. Its parts may come over several calls (a call carries 64
+      # MiB with the tree); a call that finds some missing stops here, before the recipe starts,
+      # so that a partial start never turns into a run of the whole chain.
+      start=${RECIPE_START:-}
+      [ -z "$start" ] && [ -f .kb/start/start.json ] && start=.kb/start
+      if [ -n "$start" ] && [ ! -f "$R/recipe/start-from" ]; then
+        if bash scripts/recipe-seed.sh start-unpack "$start" "$R"; then
+          echo "$start" > "$R/recipe/start-from"
+        else
+          echo "recipe: not started: the start in $start could not be unpacked (above)"; rc=1; continue
+        fi
+      fi
       # The GPUs' utilization and memory every 2 s while the machine is held (gpu-samples.csv:
       # timestamp, GPU index, utilization, memory used).
       if ! { [ -f "$R/smi.pid" ] && kill -0 "$(cat "$R/smi.pid")" 2>/dev/null; }; then
@@ -417,7 +432,16 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         ./*/profile/*.md ./*/profile/*.json gpu-samples.csv host-samples.csv host-top.log checkpoint-sha256.txt \
         verifier.log verifier-metrics.txt 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
-      bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true ;;
+      # RECIPE_PACK_START=1: the run's start instead (finished stages and RL's starting checkpoint,
+      # RECIPE_START_KEEP naming other training folders), in parts under $OUT/start, for a later
+      # lease's RECIPE_START. ~55 MiB for recipes/small: a call returns 64 MiB and 8 files at most.
+      if [ -n "${RECIPE_PACK_START:-}" ]; then
+        # shellcheck disable=SC2046
+        bash scripts/recipe-seed.sh start-pack "$R" "$OUT/start" ${RECIPE_SEED:+--seed "$RECIPE_SEED"} \
+          $(for k in ${RECIPE_START_KEEP:-}; do echo "--keep $k"; done) || rc=1
+      else
+        bash scripts/recipe-seed.sh pack "$R" "$OUT/recipe-seed.tgz" >/dev/null 2>&1 || true
+      fi ;;
     synth)
       # Data synthesis on this GPU: validity probes, built-in teacher verified by MooreEval,
       # decontaminated against KernelBench when a checkout sits in .kb/bench (carry it).

@@ -13,6 +13,18 @@
 #
 #   bash scripts/recipe-seed.sh pack RUN OUT.tgz
 #       pack the finished synth stage of RUN (gpu-check does this after every recipe call)
+#   bash scripts/recipe-seed.sh start-pack RUN DIR [--keep FOLDER]...
+#   bash scripts/recipe-seed.sh start-unpack DIR RUN
+#       a run's *start*: everything its finished stages made that a later stage reads, with the
+#       last checkpoint of each kept training folder (default: the recipe's rl_from, rft/sft), so
+#       that a later lease starts at RL's arms instead of spending ~640 s of a 1,800 s lease on
+#       corpus to probe-rl. See start_pack below for what is left out. The packed tgz is split into
+#       parts of START_PART_MIB MiB (default 14) beside a manifest, start.json, because the
+#       device tool returns files of at most 16 MiB (64 MiB a call) and sends 64 MiB a call with
+#       the working tree: a lease carries the parts over two or three calls, which keep what the
+#       ones before carried while the machine stays warm. start-unpack needs every part (sizes and
+#       the whole's sha256 are checked), fills a run folder that holds no more than the seed,
+#       and checks that the seed's files the start left out are there, unchanged.
 #   bash scripts/recipe-seed.sh cpu [RUN] [OUT.tgz]
 #       make the synth stage here, on a machine without a GPU, then pack it (defaults:
 #       /tmp/recipe-seed-run, .kb/recipe-seed.tgz; RECIPE: the recipe file, recipes/small).
@@ -53,6 +65,12 @@ case $what in
   pack)
     [ $# -eq 3 ] || { echo "usage: recipe-seed.sh pack RUN OUT.tgz" >&2; exit 2; }
     pack "$2" "$3" ;;
+  start-pack)
+    [ $# -ge 3 ] || { echo "usage: recipe-seed.sh start-pack RUN DIR [--keep FOLDER]..." >&2; exit 2; }
+    python3 scripts/recipe_start.py pack "${@:2}" ;;
+  start-unpack)
+    [ $# -eq 3 ] || { echo "usage: recipe-seed.sh start-unpack DIR RUN" >&2; exit 2; }
+    python3 scripts/recipe_start.py unpack "$2" "$3" ;;
   cpu)
     run=${2:-/tmp/recipe-seed-run} out=${3:-.kb/recipe-seed.tgz}
     bin=${BIN:-build/musacoder}
@@ -62,6 +80,6 @@ case $what in
       --set synth_verify=compile --set synth_device=cpu --set synth_max_eager_us=1e12 ${RECIPE_ARGS:-}
     pack "$run" "$out" ;;
   *)
-    echo "usage: recipe-seed.sh pack RUN OUT.tgz | cpu [RUN] [OUT.tgz]" >&2
+    echo "usage: recipe-seed.sh pack RUN OUT.tgz | start-pack RUN DIR [--keep FOLDER]... | start-unpack DIR RUN | cpu [RUN] [OUT.tgz]" >&2
     exit 2 ;;
 esac

@@ -136,6 +136,64 @@ def test_tiny_recipe_end_to_end(tmp_path):
         assert "2 rank" in log and "gloo" in log, log[-2000:]
     assert sorted(os.listdir(dp / "sft" / "checkpoints"))
 
+    # A start (scripts/recipe-seed.sh start-pack): what the finished stages made, with RFT's last
+    # checkpoint, over the seed and in parts, as a GPU lease returns it and a later one carries it
+    # (the arms then start at once). rl-no-mirrorpop is taken as stopped mid-training: the start
+    # leaves out what it wrote, and a later run trains it from the carried checkpoint.
+    state = json.load(open(run / "recipe" / "state.json"))
+    arm = state["stages"]["rl-no-mirrorpop"]
+    arm["done"] = False
+    open(run / "recipe" / "state.json", "w").write(json.dumps(state))
+    start, seed_sh = tmp_path / "start", os.path.join(ROOT, "scripts", "recipe-seed.sh")
+    r = subprocess.run(["bash", seed_sh, "start-pack", str(run), str(start), "--keep", "rft/sft", "--seed", str(seed)],
+                       env={**os.environ, "START_PART_MIB": "0.25"}, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = json.load(open(start / "start.json"))
+    ck = "rft/sft/checkpoints/" + sorted(os.listdir(run / "rft" / "sft" / "checkpoints"))[-1]
+    assert list(m["checkpoints"]) == [ck] and len(m["parts"]) > 1, m
+    assert "rl-no-mirrorpop" not in m["stages"] and "rft" in m["stages"]
+    assert m["left_out"]["checkpoints"] > 0 and "synth/dataset.jsonl" in m["seed"]["files"]
+    later = tmp_path / "later"
+    later.mkdir()
+    # Unpacked before the seed it was packed over: refused, naming the seed.
+    r = subprocess.run(["bash", seed_sh, "start-unpack", str(start), str(later)], capture_output=True, text=True)
+    assert r.returncode != 0 and "unpack that seed" in r.stderr, r.stderr
+    subprocess.run(["tar", "xzf", str(seed), "-C", str(later)], check=True)
+    # A part not carried yet, or one that changed on the way: refused, naming it.
+    last = start / m["parts"][-1]["name"]
+    os.rename(last, tmp_path / "part")
+    r = subprocess.run(["bash", seed_sh, "start-unpack", str(start), str(later)], capture_output=True, text=True)
+    assert r.returncode != 0 and last.name in r.stderr and "carry them" in r.stderr, r.stderr
+    data = bytearray(open(tmp_path / "part", "rb").read())
+    data[0] ^= 1
+    last.write_bytes(bytes(data))
+    r = subprocess.run(["bash", seed_sh, "start-unpack", str(start), str(later)], capture_output=True, text=True)
+    assert r.returncode != 0 and "a part is corrupt" in r.stderr, r.stderr
+    os.replace(tmp_path / "part", last)
+    r = subprocess.run(["bash", seed_sh, "start-unpack", str(start), str(later)], capture_output=True, text=True)
+    assert r.returncode == 0 and "rft/sft" in r.stdout, r.stderr
+    assert weights(later, "rft/sft") == weights(run, "rft/sft")
+    assert not [f for f in os.listdir(later / ck) if f.startswith("optimizer-")]
+    assert not (later / "pretrain" / "checkpoints").exists() and not (later / "rl-no-mirrorpop").exists()
+    assert not (later / "corpus" / "corpus.jsonl").exists() and (later / "corpus" / "report.json").exists()
+    r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", later, "--stages",
+           "corpus,tokenizer,init,pretrain,sft,eval-sft,rft,eval-rft,rl-no-mirrorpop", "--no-progress")
+    assert r.stderr.count("finished before") == 8, r.stderr
+    # The arm trained from the carried checkpoint: the same first step as from RFT's own.
+    a, b = (next(x for x in read_jsonl(d / "rl-no-mirrorpop" / "metrics.jsonl") if x.get("step") == 1) for d in (run, later))
+    assert (a["answer_tokens_mean"], a["pass_rate_turn1"]) == (b["answer_tokens_mean"], b["pass_rate_turn1"]), (a, b)
+    assert str(later / ck) in json.load(open(later / "recipe" / "state.json"))["stages"]["rl-no-mirrorpop"]["commands"][0]
+    # Over a run with finished stages the start has not (the arm, now): refused.
+    r = subprocess.run(["bash", seed_sh, "start-unpack", str(start), str(later)], capture_output=True, text=True)
+    assert r.returncode != 0 and "rl-no-mirrorpop" in r.stderr, r.stderr
+    # A run that began from a start packs one in turn: its earlier stages ran in `run`, and
+    # their outputs (the kept checkpoint among them) count as its own.
+    r = subprocess.run(["bash", seed_sh, "start-pack", str(later), str(tmp_path / "again"), "--keep", "rft/sft", "--seed",
+                        str(seed)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    m = json.load(open(tmp_path / "again" / "start.json"))
+    assert list(m["checkpoints"]) == [ck] and "rl-no-mirrorpop" in m["stages"], m
+
 
 def test_corpus_drops_duplicates_binaries_and_benchmark_copies(tmp_path):
     src = tmp_path / "src"
