@@ -378,6 +378,7 @@ Evaluator::Stats Evaluator::stats() const {
     s.executing = m.executing;
   }
   s.gpus = m.opts.gpus.size();
+  s.judges = s.gpus * static_cast<size_t>(default_lanes(m.opts.device, m.opts.lanes));
   auto load = m.pool->load();
   s.compile_workers = load.workers;
   s.compile_busy = load.busy;

@@ -72,6 +72,7 @@ class Evaluator {
     size_t ready = 0;      // compiled, waiting for a GPU
     size_t executing = 0;  // on a GPU right now
     size_t gpus = 0;
+    size_t judges = 0;     // lanes over all GPUs: how many candidates may be on a GPU at once
     size_t compile_workers = 0, compile_busy = 0;
   };
   Stats stats() const;

@@ -144,7 +144,7 @@ std::map<std::string, double> LocalBackend::gauges() {
           {"mooreeval_compile_pool_utilization",
            s.compile_workers ? static_cast<double>(s.compile_busy) / s.compile_workers : 0.0},
           {"mooreeval_gpu_pool_utilization",
-           s.gpus ? static_cast<double>(s.executing) / s.gpus : 0.0}};
+           s.judges ? static_cast<double>(s.executing) / s.judges : 0.0}};  // of every lane, not of every GPU
 }
 
 // ---- RedisBackend ---------------------------------------------------------------------------

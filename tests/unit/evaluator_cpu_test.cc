@@ -445,6 +445,8 @@ TEST(EvaluatorCpu, StandbyLaneJudgesNothingWhileTheFirstKeepsUp) {
   o.standby_after_s = 600;
   {
     Evaluator ev(cfg, o);
+    // A service's GPU-pool gauge is running candidates over every lane (2 here), not over GPUs.
+    EXPECT_EQ(ev.stats().judges, 2u);
     for (const auto& r : ev.run(cands)) EXPECT_EQ(r.verdict, Verdict::kOk) << r.reason << " | " << r.infra_error;
   }
   const mc::fs::path scratch = o.scratch_dir;
