@@ -127,7 +127,8 @@ def pack(args):
         rel = os.path.relpath(ck, run)
         if not any(rel == r or rel.startswith(r + os.sep) for r in roots):
             die(f"--keep {k}: {rel} is no output of a finished stage")
-        kept[rel] = None
+        kept[rel] = {n: sha256_file(os.path.join(ck, n)) for n in sorted(os.listdir(ck))
+                     if n.endswith(".safetensors") and not n.startswith("optimizer-")}
     in_seed = seed_hashes(seed) if seed else {}
 
     files, left_out, from_seed = [], {"checkpoints": 0, "weights": 0, "corpus text": 0}, {}
@@ -146,16 +147,13 @@ def pack(args):
                     left_out["weights"] += 1
                 elif parts[0] == "corpus" and n.startswith("corpus") and n.endswith(".jsonl"):
                     left_out["corpus text"] += 1
-                elif rel in in_seed and os.path.getsize(path) < (1 << 30) and sha256_file(path) == in_seed[rel]:
+                elif rel in in_seed and sha256_file(path) == in_seed[rel]:
                     from_seed[rel] = in_seed[rel]
                 elif parts[0] == "recipe" and n.endswith(".log") and n[:-4] not in done:
                     continue  # the log of a stage the start does not hold
                 elif rel != os.path.join("recipe", "state.json"):
                     files.append(rel)
     files = list(dict.fromkeys(files))  # one stage's output inside another's
-    for c in kept:
-        kept[c] = {n: sha256_file(os.path.join(run, c, n)) for n in sorted(os.listdir(os.path.join(run, c)))
-                   if n.endswith(".safetensors") and not n.startswith("optimizer-")}
 
     start_state = dict(state)
     start_state["stages"] = done
