@@ -15,6 +15,7 @@ struct RecipeCommand::Impl {
   recipe::RunOptions o;
   std::vector<std::string> stages, sets, gpus;
   bool list = false, no_progress = false;
+  int64_t gpu_mib = -1;  // --gpu-mib; -1: ask nvidia-smi
 };
 
 RecipeCommand::RecipeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
@@ -34,6 +35,10 @@ RecipeCommand::RecipeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                     "at most this many stages of a `together` group on one GPU at once, for every group "
                     "(default: each group's together_per_gpu)")
       ->check(CLI::Range(1, 64));
+  m.cmd->add_option("--gpu-mib", m.gpu_mib,
+                    "each GPU's memory in MiB, for groups whose stages say together_gpu_mib (default: the "
+                    "smallest of --gpus by nvidia-smi; 0: no cap)")
+      ->check(CLI::NonNegativeNumber);
   m.cmd->add_flag("--list", m.list, "print the stages and their commands, run nothing");
   m.cmd->add_flag("--no-progress", m.no_progress, "no progress bar");
 }
@@ -67,6 +72,7 @@ std::optional<int> RecipeCommand::run() {
   }
   m.o.only = m.stages;
   m.o.gpus = m.gpus.empty() ? recipe::visible_gpus() : m.gpus;
+  m.o.gpu_mib = m.gpu_mib >= 0 ? m.gpu_mib : recipe::gpu_memory_mib(m.o.gpus);
   m.o.progress = !m.no_progress;
   auto state = recipe::run_recipe(r, m.o);
   size_t w = 5;

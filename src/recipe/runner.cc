@@ -145,6 +145,12 @@ Recipe load_recipe(const std::string& path) {
       MC_CHECK(pg->is_integer() && *pg->value<int64_t>() >= 1, where, ": 'together_per_gpu' must be a whole number >= 1");
       s.per_gpu = static_cast<int>(*pg->value<int64_t>());
     }
+    if (auto* gm = (*st).get("together_gpu_mib")) {
+      MC_CHECK(!s.together.empty(), where, ": 'together_gpu_mib' belongs to a stage of a `together` group");
+      MC_CHECK(gm->is_integer() && *gm->value<int64_t>() >= 1, where,
+               ": 'together_gpu_mib' must be a whole number of MiB >= 1 (the GPU memory one of the group holds at its peak)");
+      s.gpu_mib = *gm->value<int64_t>();
+    }
     if (auto* env = (*st)["env"].as_table())
       for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
     r.stages.push_back(std::move(s));
@@ -168,6 +174,35 @@ std::vector<std::string> visible_gpus() {
   std::error_code ec;
   for (int i = 0; fs::exists("/dev/nvidia" + std::to_string(i), ec); ++i) out.push_back(std::to_string(i));
   return out;
+}
+
+int fitting_per_gpu(int asked, int64_t stage_mib, int64_t gpu_mib) {
+  if (stage_mib <= 0 || gpu_mib <= 0) return asked;
+  const int fit = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(gpu_mib / stage_mib, 1 << 20)));
+  return asked > 0 ? std::min(asked, fit) : fit;
+}
+
+int64_t gpu_memory_mib(const std::vector<std::string>& gpus) {
+  if (gpus.empty()) return 0;
+  SubprocessOptions so;
+  std::string ids;
+  for (const auto& g : gpus) ids += (ids.empty() ? "" : ",") + g;
+  so.argv = {"nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", ids};
+  try {
+    auto r = run_command(so, 10000);
+    if (!r.status.ok()) return 0;
+    int64_t least = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const int64_t mib = std::atoll(line.c_str());
+      if (mib <= 0) return 0;
+      least = least == 0 ? mib : std::min(least, mib);
+    }
+    return least;
+  } catch (const std::exception&) {
+    return 0;
+  }
 }
 
 namespace {
@@ -441,7 +476,13 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     } else {
       // Spread over the GPUs, one each in turn; at most per_gpu of them on one GPU at a time.
       const size_t ngpu = o.gpus.size() >= 2 ? o.gpus.size() : 1;
-      const int per_gpu = o.per_gpu > 0 ? o.per_gpu : now[0]->per_gpu;
+      const int asked = o.per_gpu > 0 ? o.per_gpu : now[0]->per_gpu;
+      int64_t need = 0;
+      for (const auto* s : now) need = std::max(need, s->gpu_mib);
+      const int per_gpu = fitting_per_gpu(asked, need, o.gpu_mib);
+      if (per_gpu != asked)
+        fmt::print(stderr, "recipe: {}: {} a GPU, not {}: each may hold {} MiB (together_gpu_mib) and a GPU has {} MiB\n",
+                   now[0]->together, per_gpu, asked > 0 ? std::to_string(asked) : std::string("all"), need, o.gpu_mib);
       const size_t wave = per_gpu > 0 ? std::min(now.size(), static_cast<size_t>(per_gpu) * ngpu) : now.size();
       fmt::print(stderr, "recipe: {} stages together ({}", now.size(), now[0]->together);
       if (ngpu > 1) fmt::print(stderr, ", over {} GPUs", ngpu);

@@ -32,6 +32,7 @@
 // GPU was visible, to state.json and RUN/recipe/stages.jsonl.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -47,6 +48,9 @@ struct RecipeStage {
   std::map<std::string, std::string> env;          // added to every command's environment
   std::string together;                            // run at once with the stages next to it that name it
   int per_gpu = 0;  // together_per_gpu: at most this many of the group on one GPU at once (0: no limit)
+  // together_gpu_mib: the GPU memory one of them may hold at its peak, in MiB (0: not said). A
+  // group never puts more on a GPU than its memory holds (RunOptions::gpu_mib; fitting_per_gpu).
+  int64_t gpu_mib = 0;
 };
 
 struct Recipe {
@@ -72,7 +76,21 @@ struct RunOptions {
   // Overrides every group's together_per_gpu (0: the recipe's own). E.g. RL and its three
   // arms, one per GPU on a machine with four, two at a time on one GPU with room for two.
   int per_gpu = 0;
+  // Each GPU's memory in MiB (the smallest of `gpus`; `recipe --gpu-mib`, default nvidia-smi's;
+  // 0: unknown, no cap): a group whose stages say together_gpu_mib runs only as many on a GPU as
+  // fit. Session 42: five RL arms and one arm's evaluation held 82 GB of one GPU, more than an
+  // H100 has.
+  int64_t gpu_mib = 0;
 };
+
+// How many stages that each hold `stage_mib` at their peak run at once on a GPU of `gpu_mib`:
+// `asked` (0: no limit), fewer where they would not fit, never less than one. Either size 0
+// (unknown): `asked`.
+int fitting_per_gpu(int asked, int64_t stage_mib, int64_t gpu_mib);
+
+// The smallest memory among these GPUs (CUDA's names, as nvidia-smi -i takes them), in MiB;
+// 0 where nvidia-smi is missing or does not answer.
+int64_t gpu_memory_mib(const std::vector<std::string>& gpus);
 
 // The GPUs this machine shows: CUDA_VISIBLE_DEVICES's list where it is set, else one per
 // /dev/nvidiaN. The default of `recipe --gpus`.

@@ -380,6 +380,59 @@ def test_stages_together_run_at_once(tmp_path):
     assert r.returncode == 2 and "'together' must be a group's name" in r.stderr, r.stderr
 
 
+def test_together_group_fits_gpu_memory(tmp_path):
+    """`together_gpu_mib` caps how many of a group share a GPU, whatever --together-per-gpu asks
+    (session 42: five RL arms and an evaluation held 82 GB of one GPU, more than an H100 has);
+    never below one, and a stage that names it outside a group is refused."""
+    recipe = tmp_path / "r.toml"
+    stages = ""
+    for name in ("a", "b", "c"):
+        body = f"date +%s.%N > {{run}}/{name}.start; sleep 1; date +%s.%N > {{run}}/{name}.end"
+        stages += (f'[[stage]]\nname = "{name}"\ntogether = "arms"\ntogether_gpu_mib = 30000\n'
+                   f'commands = [["sh", "-c", "{body}"]]\n\n')
+    recipe.write_text(stages)
+    one_gpu = dict(os.environ, CUDA_VISIBLE_DEVICES="3")
+
+    def times(run):
+        return ([float(open(run / f"{n}.start").read()) for n in "abc"],
+                [float(open(run / f"{n}.end").read()) for n in "abc"])
+    # An 80 GB GPU holds two of 30,000 MiB: three asked, two at once, then the third.
+    run = tmp_path / "h100"
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--together-per-gpu", "3", "--gpu-mib", "81559", env=one_gpu)
+    assert "recipe: arms: 2 a GPU, not 3: each may hold 30000 MiB (together_gpu_mib) and a GPU has 81559 MiB" in r.stderr
+    (sa, sb, sc), (ea, eb, ec) = times(run)
+    assert max(sa, sb) < min(ea, eb) and sc >= max(ea, eb), "a and b at once, c after"
+    # A larger GPU: all three at once, no note. A GPU smaller than one stage: one at a time.
+    run = tmp_path / "h200"
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--together-per-gpu", "3", "--gpu-mib", "143771", env=one_gpu)
+    assert "a GPU, not" not in r.stderr
+    starts, ends = times(run)
+    assert max(starts) < min(ends), "all three at once"
+    run = tmp_path / "small"
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--gpu-mib", "16000", env=one_gpu)
+    assert "recipe: arms: 1 a GPU, not all:" in r.stderr, r.stderr
+    starts, ends = times(run)
+    assert starts[1] >= ends[0] and starts[2] >= ends[1], (starts, ends)
+    # Without --gpu-mib, nvidia-smi says (this machine has none: a script in its place answers as
+    # the GPU machines' does, and records what it was asked); the smallest GPU counts.
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "nvidia-smi").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/smi-args\nprintf "143771\\n81559\\n"\n')
+    (fake / "nvidia-smi").chmod(0o755)
+    run = tmp_path / "smi"
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--gpus", "0,1", "--together-per-gpu", "3",
+           env=dict(os.environ, PATH=f"{fake}:{os.environ['PATH']}"))
+    assert "recipe: arms: 2 a GPU, not 3:" in r.stderr and "a GPU has 81559 MiB" in r.stderr, r.stderr
+    assert open(tmp_path / "smi-args").read().split() == [
+        "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", "0,1"]
+    recipe.write_text('[[stage]]\nname = "x"\ntogether_gpu_mib = 100\ncommands = [["true"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "bad", check=False)
+    assert r.returncode == 2 and "'together_gpu_mib' belongs to a stage of a `together` group" in r.stderr, r.stderr
+    recipe.write_text('[[stage]]\nname = "x"\ntogether = "g"\ntogether_gpu_mib = "lots"\ncommands = [["true"]]\n')
+    r = mc("recipe", recipe, "--out", tmp_path / "bad2", check=False)
+    assert r.returncode == 2 and "'together_gpu_mib' must be a whole number of MiB >= 1" in r.stderr, r.stderr
+
+
 def test_together_stages_spread_over_gpus(tmp_path):
     """With several GPUs a group's stages get one each in turn (CUDA_VISIBLE_DEVICES), and
     `together_per_gpu = 1` starts the rest as GPUs come free: the paper's arms, which do not fit
