@@ -47,6 +47,11 @@ def sha256_file(path):
     return h.hexdigest()
 
 
+def describe(checkpoints):
+    """{checkpoint: {weights file: sha256}} as one line: 'rft/sft/checkpoints/step-N (model.safetensors 4eb253b8)'."""
+    return ", ".join(f"{c} ({', '.join(f'{n} {h[:8]}' for n, h in w.items())})" for c, w in checkpoints.items())
+
+
 def out_paths(stage):
     """The paths a stage's recorded commands wrote to (`--out X`, `--out=X`)."""
     outs = []
@@ -188,8 +193,7 @@ def pack(args):
         f.write("\n")
     print(f"recipe-start: {out_dir}: {len(blob) / (1 << 20):.1f} MiB in {len(parts)} part(s) of at most {PART_MIB:g} MiB; "
           f"{len(files)} files of {len(done)} finished stages; checkpoints kept: "
-          + ", ".join(f"{c} ({', '.join(f'{n} {h[:8]}' for n, h in w.items())})" for c, w in kept.items())
-          + f"; left out: {left_out['checkpoints']} checkpoint files, {left_out['weights']} other weights, "
+          + describe(kept) + f"; left out: {left_out['checkpoints']} checkpoint files, {left_out['weights']} other weights, "
           f"{left_out['corpus text']} corpus files, {len(from_seed)} files the seed holds")
 
 
@@ -238,7 +242,7 @@ def unpack(args):
             if sha256_file(os.path.join(run, c, n)) != digest:
                 die(f"{os.path.join(run, c, n)}: sha256 differs from the packed checkpoint's")
     print(f"recipe-start: {run} starts from {src} (packed {m['packed_at']}): finished stages {', '.join(m['stages'])}; "
-          "checkpoints " + ", ".join(f"{c} ({', '.join(f'{n} {h[:8]}' for n, h in w.items())})" for c, w in m["checkpoints"].items()))
+          "checkpoints " + describe(m["checkpoints"]))
 
 
 if __name__ == "__main__":
