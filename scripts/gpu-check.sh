@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention and prefill are run by name; train-dp needs
-#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, rl-pipeline needs the recipe run's model, bench-model needs the small model, eval needs
+#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
@@ -81,6 +81,50 @@ echo "binary: $BIN"
 # musacoder links libtorch dynamically: the machine's own torch wheel (the same version).
 TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A lease's start (RECIPE_START below) comes in parts over several calls, but a call's carry
+# does not keep what an earlier call carried into the same folder: session 43 carried part 3
+# of .kb/start in one call and parts 0-2 in the next, on the same warm machine, and found part 3
+# gone (the binaries, in another folder, stayed). So every call copies the start's files it
+# carries into /tmp/start-stash, which lives as long as the machine, and the stages read the
+# start from there.
+START_STASH=${START_STASH:-/tmp/start-stash}
+if compgen -G ".kb/start/start*" >/dev/null; then
+  mkdir -p "$START_STASH" && cp -f .kb/start/start* "$START_STASH/" &&
+    echo "start: $(cd "$START_STASH" && echo start*) in $START_STASH"
+fi
+# RUN's folder made ready for the recipe: the seed (the finished synth stage) once, then the
+# start over it once, when there is one (RECIPE_START, default the stash above). Returns 1 when
+# the start's parts are not all here yet or do not unpack: then nothing is started, so that a
+# partial start never turns into a run of the whole chain.
+prepare_run() {
+  local R=$1 committed_seed start
+  # The seed committed beside the recipe (recipes/small/seed.tgz), so that a fresh clone's
+  # lease starts at corpus too (a new checkout has no .kb/recipe-seed.tgz).
+  committed_seed=$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz
+  if [ -z "${RECIPE_SEED:-}" ]; then
+    if [ -f .kb/recipe-seed.tgz ]; then RECIPE_SEED=.kb/recipe-seed.tgz
+    elif [ -f "$committed_seed" ]; then RECIPE_SEED=$committed_seed
+    fi
+  fi
+  mkdir -p "$R"
+  if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
+    tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
+  fi
+  start=${RECIPE_START:-}
+  if [ -z "$start" ] && [ -d "$START_STASH" ]; then
+    if [ ! -f "$START_STASH/start.json" ]; then
+      echo "recipe: not started: $START_STASH holds part of a start but not its start.json (carry it)"; return 1
+    fi
+    start=$START_STASH
+  fi
+  if [ -n "$start" ] && [ ! -f "$R/recipe/start-from" ]; then
+    if bash scripts/recipe-seed.sh start-unpack "$start" "$R"; then
+      echo "$start" > "$R/recipe/start-from"
+    else
+      echo "recipe: not started: the start in $start could not be unpacked (above)"; return 1
+    fi
+  fi
+}
 rc=0
 for stage in $STAGES; do
   case $stage in
@@ -252,6 +296,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # PIPE_ARGS replaces the recipe's RL options below. PIPE_GPUS (CUDA_VISIBLE_DEVICES) gives
       # it a GPU of its own, e.g. GPU 1 beside a recipe on GPU 0 (run it with DETACH=NAME).
       R=${RECIPE_RUN:-/tmp/recipe-run}
+      # On a fresh machine, the carried start's RL model (seed and start, as the recipe stage).
+      [ -z "${PIPE_MODEL:-}" ] && { prepare_run "$R" || { rc=1; continue; }; }
       m=${PIPE_MODEL:-$(ls -d "$R"/rft/sft/checkpoints/step-* "$R"/sft/checkpoints/step-* 2>/dev/null | head -1)}
       # The probe's problems once probe-rl has finished (session 37 read its results half
       # written, and train rl found nothing to learn from); before that, every problem.
@@ -297,6 +343,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
           > "$OUT/eval-$n.log" 2>&1 || rc=1
         grep -v "^judge:" "$OUT/eval-$n.log" | tail -25
       done ;;
+    start)
+      # Only the run folder made ready (seed and start, as recipe and rl-pipeline do first).
+      prepare_run "${RECIPE_RUN:-/tmp/recipe-run}" || rc=1 ;;
     recipe)
       # The recipe (recipes/small, docs/recipe.md; RECIPE: another recipe file).
       # RECIPE_RUN: the run folder (default /tmp/recipe-run: it survives while the machine stays
@@ -320,32 +369,12 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site-cutlass .kb/whl/nvidia_cutlass-*.whl &&
           export PYTHONPATH=/tmp/site-cutlass${PYTHONPATH:+:$PYTHONPATH} && echo "recipe: nvidia-cutlass from .kb/whl"
       fi
-      # Else the seed committed beside the recipe (recipes/small/seed.tgz), so that a fresh clone's
-      # lease starts at corpus too (a new checkout has no .kb/recipe-seed.tgz).
-      committed_seed=$(dirname "${RECIPE:-recipes/small/recipe.toml}")/seed.tgz
-      if [ -z "${RECIPE_SEED:-}" ]; then
-        if [ -f .kb/recipe-seed.tgz ]; then RECIPE_SEED=.kb/recipe-seed.tgz
-        elif [ -f "$committed_seed" ]; then RECIPE_SEED=$committed_seed
-        fi
-      fi
-      if [ -n "${RECIPE_SEED:-}" ] && [ ! -f "$R/recipe/state.json" ]; then
-        tar xzf "$RECIPE_SEED" -C "$R" && echo "recipe: run folder started from $RECIPE_SEED"
-      fi
-      # RECIPE_START=DIR (default .kb/start when it holds a start.json): a start an earlier lease
-      # packed (RECIPE_PACK_START below; scripts/recipe-seed.sh start-pack), laid over the seed
-      # once per machine: the finished stages through probe-rl and RL's starting checkpoint, so
-      # the recipe begins at the arms. Its parts may come over several calls (a call carries 64
-      # MiB with the tree); a call that finds some missing stops here, before the recipe starts,
-      # so that a partial start never turns into a run of the whole chain.
-      start=${RECIPE_START:-}
-      [ -z "$start" ] && [ -f .kb/start/start.json ] && start=.kb/start
-      if [ -n "$start" ] && [ ! -f "$R/recipe/start-from" ]; then
-        if bash scripts/recipe-seed.sh start-unpack "$start" "$R"; then
-          echo "$start" > "$R/recipe/start-from"
-        else
-          echo "recipe: not started: the start in $start could not be unpacked (above)"; rc=1; continue
-        fi
-      fi
+      # RECIPE_START=DIR (default the start's files carried in .kb/start, kept in /tmp/start-stash
+      # above): a start an earlier lease packed (RECIPE_PACK_START below; scripts/recipe-seed.sh
+      # start-pack), laid over the seed once per machine: the finished stages through probe-rl
+      # and RL's starting checkpoint, so the recipe begins at the arms. Its parts may come over
+      # several calls (a call carries 64 MiB with the tree).
+      prepare_run "$R" || { rc=1; continue; }
       # The GPUs' utilization and memory every 2 s while the machine is held (gpu-samples.csv:
       # timestamp, GPU index, utilization, memory used).
       if ! { [ -f "$R/smi.pid" ] && kill -0 "$(cat "$R/smi.pid")" 2>/dev/null; }; then

@@ -21,8 +21,9 @@
 #       corpus to probe-rl. See start_pack below for what is left out. The packed tgz is split into
 #       parts of START_PART_MIB MiB (default 14) beside a manifest, start.json, because the
 #       device tool returns files of at most 16 MiB (64 MiB a call) and sends 64 MiB a call with
-#       the working tree: a lease carries the parts over two or three calls, which keep what the
-#       ones before carried while the machine stays warm. start-unpack needs every part (sizes and
+#       the working tree: a lease carries the parts over two or three calls (a call's carry
+#       replaces .kb/start there, so scripts/gpu-check.sh keeps each call's parts in
+#       /tmp/start-stash while the machine stays warm). start-unpack needs every part (sizes and
 #       the whole's sha256 are checked), fills a run folder that holds no more than the seed,
 #       and checks that the seed's files the start left out are there, unchanged.
 #   bash scripts/recipe-seed.sh cpu [RUN] [OUT.tgz]

@@ -6,6 +6,7 @@ against transformers, and the runner's errors. Asserts on artifacts, not on mode
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -176,6 +177,28 @@ def test_tiny_recipe_end_to_end(tmp_path):
     assert not [f for f in os.listdir(later / ck) if f.startswith("optimizer-")]
     assert not (later / "pretrain" / "checkpoints").exists() and not (later / "rl-no-mirrorpop").exists()
     assert not (later / "corpus" / "corpus.jsonl").exists() and (later / "corpus" / "report.json").exists()
+    # The same start carried to a GPU machine over two calls, as scripts/gpu-check.sh takes it:
+    # a call's carry replaces .kb/start, so the first call's last part must outlive the second
+    # call's carry (session 43 lost it). A checkout whose .kb/start holds first the last part
+    # alone, then the rest: the first call stashes its part and starts nothing; the second
+    # unpacks the whole start over the seed.
+    repo = tmp_path / "checkout"
+    (repo / ".kb" / "start").mkdir(parents=True)
+    for d in ("scripts", "recipes"):
+        os.symlink(os.path.join(ROOT, d), repo / d)
+    leased = tmp_path / "leased"
+    env = {**os.environ, "BIN": "/bin/true", "STAGES": "start", "RECIPE_RUN": str(leased), "RECIPE_SEED": str(seed),
+           "START_STASH": str(tmp_path / "stash"), "OUT": str(tmp_path / "gpu-out")}
+    gpu_check = [str(repo / "scripts" / "gpu-check.sh")]
+    shutil.copy(last, repo / ".kb" / "start")
+    r = subprocess.run(["bash"] + gpu_check, env=env, capture_output=True, text=True)
+    assert r.returncode != 0 and "not its start.json" in r.stdout, r.stdout + r.stderr
+    assert not (leased / "recipe" / "start-from").exists()
+    shutil.rmtree(repo / ".kb" / "start")
+    shutil.copytree(start, repo / ".kb" / "start", ignore=shutil.ignore_patterns(last.name))
+    r = subprocess.run(["bash"] + gpu_check, env=env, capture_output=True, text=True)
+    assert r.returncode == 0 and "rft/sft" in r.stdout, r.stdout + r.stderr
+    assert weights(leased, "rft/sft") == weights(run, "rft/sft")
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", later, "--stages",
            "corpus,tokenizer,init,pretrain,sft,eval-sft,rft,eval-rft,rl-no-mirrorpop", "--no-progress")
     assert r.stderr.count("finished before") == 8, r.stderr
