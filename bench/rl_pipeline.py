@@ -79,12 +79,32 @@ def descendants(root):
 
 
 def command_of(pid):
-    """pid's command line (80 characters), or None once it has exited."""
+    """pid's command line (80 characters), or None once it has exited. A process without one
+    (exiting, or a zombie) is named by its state and parent from /proc, "[616: Z, parent 1]":
+    session 43 flagged an arm for such a process and could not tell whose it was."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80] or f"[{pid}]"
-    except OSError:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
+        if cmd:
+            return cmd
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return f"[{pid}: {fields[0]}, parent {fields[1]}]"
+    except (OSError, IndexError):
         return None
+
+
+def wait_gpu_released(before, timeout=60.0, every=1.0):
+    """Wait until no GPU process is left but those in `before` (what held the GPUs before the
+    first arm): an arm's processes may hold their CUDA contexts for a while after it has exited,
+    and the next arm would start beside them (session 43: its second arm's host was flagged for
+    one, most likely the first arm's). Returns (seconds waited, what is left after `timeout`)."""
+    t0 = time.time()
+    while True:
+        left = gpu_pids() - before - {os.getpid()}
+        if not left or time.time() - t0 >= timeout:
+            return time.time() - t0, sorted(n for n in map(command_of, left) if n is not None)
+        time.sleep(every)
 
 
 class HostWatch:
@@ -179,7 +199,12 @@ def main():
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
+    before = gpu_pids()  # another job's, if any: not waited for
     for arm in a.arms.split(","):
+        waited, left = wait_gpu_released(before)
+        if waited >= 1 or left:
+            print(f"{arm}: waited {waited:.1f} s for earlier GPU processes to exit"
+                  + (f"; still there: {'; '.join(left)}" if left else ""), flush=True)
         flag = flags[arm]
         out = os.path.join(a.out, arm)
         cmd = [a.musacoder_model, "train", "rl", "--model", a.model, "--problems", a.problems, "--out", out,
@@ -199,7 +224,8 @@ def main():
         if rc != 0:
             sys.exit(f"{arm}: train rl exited with {rc} (see {a.out}/{arm}.log)")
         rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
-        summary["arms"][arm] = {"wall_s": time.time() - t0, "host": host, "overhead_all": overhead(rows),
+        summary["arms"][arm] = {"wall_s": time.time() - t0, "host": host, "waited_for_gpu_s": waited,
+                                "gpu_processes_at_start": left, "overhead_all": overhead(rows),
                                 "overhead_from_step2": overhead(rows[1:]), "step_s": sum(r["step_s"] for r in rows),
                                 "steps": [{k: r.get(k) for k in ("step",) + KEYS + MORE} for r in rows]}
     if "turns" in summary["arms"]:
