@@ -411,7 +411,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # RECIPE_VERIFIER_GPU=N: one MooreEval service (musacoder serve) on GPU N judges for RL and
       # its arms (recipe var rl_verifier), with their settings (RECIPE_VERIFIER_ARGS, default
       # "--timing-budget 0.1"; train rl refuses a service that judges otherwise). Keep N out of
-      # RECIPE_GPUS. A list (2,3) gives the service several GPUs: it times one answer at a time
+      # RECIPE_GPUS where there are GPUs to spare; on one GPU it may be the arms' own (session 43,
+      # one H200: five arms, their evaluations and the service, 93.6 GB at most, its timings taken
+      # beside training). A list (2,3) gives the service several GPUs: it times one answer at a time
       # per GPU, and five arms' passing answers all need timing. It lives while the machine
       # does; verifier.log and its /metrics come back.
       health() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/" + sys.argv[2], timeout=5).read().decode()[:int(sys.argv[3])])' "$@" 2>/dev/null; }
