@@ -59,17 +59,23 @@ def gpu_pids():
     return {int(x) for x in out.split() if x.strip().isdigit()}
 
 
+def stat_fields(pid):
+    """/proc/PID/stat's fields after the command name (state, parent, ...); None once it has exited."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(root):
     """root and every process below it, from /proc."""
     children = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(d))
+            fields = stat_fields(d)
+            if fields and fields[1].isdigit():
+                children.setdefault(int(fields[1]), []).append(int(d))
     out, todo = set(), [root]
     while todo:
         p = todo.pop()
@@ -85,13 +91,12 @@ def command_of(pid):
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
-        if cmd:
-            return cmd
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return f"[{pid}: {fields[0]}, parent {fields[1]}]"
-    except (OSError, IndexError):
+    except OSError:
         return None
+    if cmd:
+        return cmd
+    fields = stat_fields(pid)
+    return f"[{pid}: {fields[0]}, parent {fields[1]}]" if fields and len(fields) > 1 else None
 
 
 def wait_gpu_released(before, timeout=60.0, every=1.0):

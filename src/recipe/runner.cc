@@ -185,9 +185,8 @@ int fitting_per_gpu(int asked, int64_t stage_mib, int64_t gpu_mib) {
 int64_t gpu_memory_mib(const std::vector<std::string>& gpus) {
   if (gpus.empty()) return 0;
   SubprocessOptions so;
-  std::string ids;
-  for (const auto& g : gpus) ids += (ids.empty() ? "" : ",") + g;
-  so.argv = {"nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i", ids};
+  so.argv = {"nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits", "-i",
+             fmt::format("{}", fmt::join(gpus, ","))};
   try {
     auto r = run_command(so, 10000);
     if (!r.status.ok()) return 0;
