@@ -11,7 +11,8 @@ while this step's answers are judged, one step off-policy), "async-defer" (all t
 --admit-together 1); "turns-cudnn" and "async-defer-cudnn" with --cudnn-attention (libtorch's
 attention choice on the H100 before session 38); "async-defer-ahead" (as async-defer, with
 --repairs-ahead: the next step's failed answers get their second turn while this step's last
-verdicts are judged, where the engine would wait idle). With
+verdicts are judged, where the engine would wait idle); "turns-kv" and "async-defer-kv" with
+--reuse-kv (a later turn prefills only what its kept cache lacks). With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
@@ -36,6 +37,7 @@ Options after `--` go to both runs."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -46,7 +48,8 @@ KEYS = ("generate_s", "verify_wait_s", "drain_s", "train_s", "step_s", "verify_o
 # Kept in SUMMARY.json, not printed: where the wait went (the waited-for answers' compile,
 # trials, timing, ...) and how many decode steps the engine took.
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
-        "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s")
+        "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s", "gen_continued",
+        "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted")
 
 
 def gpu_pids():
@@ -184,6 +187,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--arms", default="turns,async-defer,async-defer-ahead", help="which runs, in this order")
+    ap.add_argument("--resume", action="store_true",
+                    help="keep the arms OUT/SUMMARY.json already holds from the same model, problems, steps and "
+                         "options (SUMMARY.json is written after every arm), run the rest")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then more `train rl` options for both runs")
     a = ap.parse_args()
     extra = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
@@ -200,18 +206,34 @@ def main():
              # which plans every new prompt length anew (64-107 ms a prefill call in session 38).
              "turns-cudnn": ["--cudnn-attention"],
              "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"],
-             "async-defer-ahead": ["--async", "--pipeline-turns", "--defer-timing", "--repairs-ahead"]}
+             "async-defer-ahead": ["--async", "--pipeline-turns", "--defer-timing", "--repairs-ahead"],
+             # Later turns continue the engine's KV cache of their conversation (--reuse-kv).
+             "turns-kv": ["--reuse-kv"],
+             "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"]}
     unknown = [arm for arm in a.arms.split(",") if arm not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
+    path = os.path.join(a.out, "SUMMARY.json")
+    if a.resume and os.path.exists(path):
+        old = json.load(open(path))
+        same = all(old.get(k) == summary[k] for k in ("model", "problems", "steps", "extra"))
+        if not same:
+            sys.exit(f"--resume: {path} is another run's (model, problems, steps or options differ)")
+        summary["arms"] = {arm: s for arm, s in old["arms"].items() if arm in a.arms.split(",")}
+        if summary["arms"]:
+            print(f"resumed: {', '.join(summary['arms'])} from {path}", flush=True)
     before = gpu_pids()  # another job's, if any: not waited for
     for arm in a.arms.split(","):
+        if arm in summary["arms"]:
+            continue
         waited, left = wait_gpu_released(before)
         if waited >= 1 or left:
             print(f"{arm}: waited {waited:.1f} s for earlier GPU processes to exit"
                   + (f"; still there: {'; '.join(left)}" if left else ""), flush=True)
         flag = flags[arm]
         out = os.path.join(a.out, arm)
+        for d in (out, os.path.join(a.out, "cache-" + arm)):  # a killed try's, which train rl would resume
+            shutil.rmtree(d, ignore_errors=True)
         cmd = [a.musacoder_model, "train", "rl", "--model", a.model, "--problems", a.problems, "--out", out,
                "--cache-dir", os.path.join(a.out, "cache-" + arm), "--max-steps", str(a.steps), "--no-progress",
                *flag, *extra]
@@ -233,6 +255,8 @@ def main():
                                 "gpu_processes_at_start": left, "overhead_all": overhead(rows),
                                 "overhead_from_step2": overhead(rows[1:]), "step_s": sum(r["step_s"] for r in rows),
                                 "steps": [{k: r.get(k) for k in ("step",) + KEYS + MORE} for r in rows]}
+        with open(path, "w") as fh:
+            json.dump(summary, fh, indent=1)
     if "turns" in summary["arms"]:
         base = summary["arms"]["turns"]["steps"]
         for s in summary["arms"].values():
@@ -256,7 +280,7 @@ def main():
               f"{f(s.get('overhead_vs_turns_from_step2'))}, steady (steps 2 to N-1) "
               f"{f(s.get('overhead_vs_turns_steady'))}, per token steady {f(s.get('overhead_vs_turns_per_token_steady'))}, "
               f"per token over every step {f(s.get('overhead_vs_turns_per_token_all'))}; steps {s['step_s']:.1f} s, {s['wall_s']:.0f} s in all")
-    with open(os.path.join(a.out, "SUMMARY.json"), "w") as fh:
+    with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
 
 

@@ -43,4 +43,11 @@ fi
 # bundled libraries, without the build tree.
 rm -rf build-device-dist && mkdir -p build-device-dist
 cp -r build-device/musacoder build-device/musacoder-model build-device/lib build-device/redis build-device-dist/
+# DEVICE_TESTS=1: the model library's C++ tests too (mc_model_tests), for the tests that run on
+# CUDA where there is a GPU (the engine's kept caches: scripts/gpu-check.sh STAGES=engine-tests).
+if [ "${DEVICE_TESTS:-0}" = 1 ]; then
+  cmake -S . -B build-device -DMUSACODER_TESTS=ON >/dev/null
+  cmake --build build-device --target mc_model_tests
+  strip -o build-device-dist/mc_model_tests build-device/mc_model_tests
+fi
 du -sh build-device-dist

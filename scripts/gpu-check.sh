@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention and prefill are run by name; train-dp needs
-#   2+ GPUs, determinism checks train sft --deterministic, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
+#   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
@@ -142,6 +142,14 @@ for stage in $STAGES; do
         export MUSACODER_SANDBOX_DISABLE=$first
         echo "sandbox: layers disabled on this machine: $first"
       fi ;;
+    engine-tests)
+      # The C++ model tests that also run on CUDA (the engine's kept caches: a continued turn
+      # equals a fresh prefill, with the decode step's CUDA graphs), from the binary
+      # scripts/build-device.sh makes with DEVICE_TESTS=1 (carry build-device-dist).
+      t=$(dirname "$BIN")/mc_model_tests
+      if [ ! -x "$t" ]; then echo "engine-tests: no $t (DEVICE_TESTS=1 bash scripts/build-device.sh)"; rc=1; continue; fi
+      "$t" --gtest_filter="${ENGINE_TESTS_FILTER:-Devices/EngineKv.*}" 2>&1 | tee "$OUT/engine-tests.log" | tail -40
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     suite)
       # SUITE_ARGS, e.g. "--sections honest,faults" (default: every section).
       # shellcheck disable=SC2086
@@ -306,10 +314,13 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
           "$R/recipe/state.json" 2>/dev/null; then keep="--keep-varied=$R/eval/rl-probe/results.jsonl"; fi
       if [ -z "$m" ]; then echo "rl-pipeline: no model (PIPE_MODEL, or a recipe run with sft)"; rc=1
       else
-        rm -rf /tmp/rl-pipeline
+        # PIPE_RESUME=1: a later call on the same machine goes on with the arms an earlier call
+        # did not finish (an arm takes ~3 min of a call's 10; bench/rl_pipeline.py --resume).
+        [ -z "${PIPE_RESUME:-}" ] && rm -rf /tmp/rl-pipeline
         # shellcheck disable=SC2086
         env ${PIPE_GPUS:+CUDA_VISIBLE_DEVICES=$PIPE_GPUS} python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
-          --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" ${PIPE_ARMS:+--arms "$PIPE_ARMS"} -- \
+          --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" ${PIPE_ARMS:+--arms "$PIPE_ARMS"} \
+          ${PIPE_RESUME:+--resume} -- \
           ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
           --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
           --timing-budget 0.1 --lr 1e-6 --seed 1} 2>&1 | tee "$OUT/rl-pipeline.log" || rc=1

@@ -155,6 +155,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                                      "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
                            ->capture_default_str()
                            ->check(CLI::NonNegativeNumber);
+  l->add_flag("--reuse-kv", r.reuse_kv,
+              "a trajectory's next turn continues the engine's KV cache of its conversation: only the feedback "
+              "turn (and what of the answer re-tokenizes differently) is prefilled; caches are dropped at each update");
   l->add_flag("--cudnn-attention", r.cudnn_attention,
               "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
               "(default off: flash attention)");

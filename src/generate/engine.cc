@@ -66,6 +66,14 @@ struct GenerationEngine::Impl {
   std::vector<std::unique_ptr<Seq>> running;  // by slot
   int64_t num_running = 0;
   std::deque<std::shared_ptr<Pending>> waiting;
+  // Kept cache entries by id (ids only grow, so a stale id never names another's slot; the
+  // smallest is the oldest): the slot and the tokens whose K/V it holds, positions 0, 1, ...
+  struct Kept {
+    int64_t slot = 0;
+    std::vector<int32_t> tokens;
+  };
+  std::map<int64_t, Kept> kept;
+  int64_t next_kept = 0;
   int held_steps = 0;  // steps admission has held the waiting requests back (admit_together)
   std::vector<int32_t> eos;
   at::Tensor tokens_buf, pos_buf, logits_buf;
@@ -121,12 +129,44 @@ struct GenerationEngine::Impl {
     s.c.finish_reason = reason;
     if (tok) s.c.text = s.bytes.substr(0, text_bytes);
     Pending& p = *s.owner;
+    if (p.req.keep_kv) {
+      // The cache holds positions 0 .. pos - 1: the prompt and every sampled token but the last
+      // (never fed back).
+      Kept k{s.slot, p.req.prompt};
+      k.tokens.insert(k.tokens.end(), s.c.tokens.begin(), s.c.tokens.begin() + (s.pos - static_cast<int64_t>(p.req.prompt.size())));
+      s.c.kept = next_kept++;
+      kept.emplace(s.c.kept, std::move(k));
+    } else {
+      free_slots.insert(s.slot);
+    }
     if (p.on_complete) p.on_complete(s.sample, s.c);
     p.results[s.sample] = std::move(s.c);
     if (--p.remaining == 0) p.promise.set_value(std::move(p.results));
-    free_slots.insert(s.slot);
     running[s.slot].reset();
     --num_running;
+  }
+
+  void release(int64_t id) {
+    auto it = kept.find(id);
+    if (it == kept.end()) return;
+    free_slots.insert(it->second.slot);
+    kept.erase(it);
+  }
+
+  // Gives up the oldest kept entry, preferring one no waiting request continues; false: none kept.
+  bool evict_kept() {
+    if (kept.empty()) return false;
+    std::set<int64_t> wanted;
+    for (const auto& p : waiting) wanted.insert(p->req.continues);
+    auto victim = kept.begin();
+    for (auto it = kept.begin(); it != kept.end(); ++it)
+      if (!wanted.count(it->first)) {
+        victim = it;
+        break;
+      }
+    release(victim->first);
+    ++stats.kept_evicted;
+    return true;
   }
 
   // Appends a sampled token; retires the sequence when it is done.
@@ -187,14 +227,26 @@ struct GenerationEngine::Impl {
     std::vector<std::shared_ptr<Pending>> batch;
     {
       std::lock_guard<std::mutex> lock(mu);
+      // A request that continues a kept entry takes that entry's slot; any other needs n free
+      // ones. When the first waiting request finds too few, kept entries are given up for it.
+      std::set<int64_t> claimed;
+      auto needs = [&](const Pending& p) {
+        const bool own = p.req.continues >= 0 && kept.count(p.req.continues) && !claimed.count(p.req.continues);
+        return own ? 0 : p.req.params.n;
+      };
+      if (!waiting.empty())
+        while (needs(*waiting.front()) > static_cast<int64_t>(free_slots.size()) && evict_kept()) {
+        }
       int64_t slots = free_slots.size(), longest = 0;
       size_t fit = 0;  // the waiting requests one prefill call takes, from the front
       for (; fit < waiting.size(); ++fit) {
         const auto& p = waiting[fit];
         int64_t len = p->req.prompt.size();
         int64_t rows = static_cast<int64_t>(fit) + 1, L = std::max(longest, len);
-        if (p->req.params.n > slots || (fit > 0 && rows * L > opts.prefill_tokens)) break;
-        slots -= p->req.params.n;
+        const int64_t need = needs(*p);
+        if (need > slots || (fit > 0 && rows * L > opts.prefill_tokens)) break;
+        if (need == 0) claimed.insert(p->req.continues);
+        slots -= need;
         longest = L;
       }
       // Held: everything waiting fits, too few of them, others are decoding, not held too long.
@@ -212,36 +264,86 @@ struct GenerationEngine::Impl {
     }
     if (batch.empty()) return false;
     auto t0 = std::chrono::steady_clock::now();
-    int64_t b = batch.size(), L = 0;
-    for (auto& p : batch) L = std::max<int64_t>(L, p->req.prompt.size());
-    auto ids = at::zeros({b, L}, at::kLong), lengths = at::zeros({b}, at::kLong);
-    auto acc = ids.accessor<int64_t, 2>();
-    auto len_acc = lengths.accessor<int64_t, 1>();
-    std::vector<int64_t> rows, slots;
-    std::vector<Seq*> seqs;
-    for (int64_t r = 0; r < b; ++r) {
-      auto& p = batch[r];
-      for (size_t t = 0; t < p->req.prompt.size(); ++t) acc[r][t] = p->req.prompt[t];
-      len_acc[r] = static_cast<int64_t>(p->req.prompt.size());
+    // Requests whose kept entry is still there continue it; the rest are prefilled from the start.
+    std::vector<std::shared_ptr<Pending>> fresh;
+    std::vector<std::pair<std::shared_ptr<Pending>, Kept>> conts;
+    for (auto& p : batch) {
       stats.prompt_tokens += p->req.prompt.size();
-      for (int j = 0; j < p->req.params.n; ++j) {
-        auto s = std::make_unique<Seq>();
-        s->owner = p;
-        s->sample = j;
-        s->slot = *free_slots.begin();
-        free_slots.erase(free_slots.begin());
-        s->pos = p->req.prompt.size();
-        s->seed = mix64(p->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(j));
-        rows.push_back(r);
-        slots.push_back(s->slot);
-        seqs.push_back(s.get());
-        running[s->slot] = std::move(s);
-        ++num_running;
+      auto it = p->req.continues >= 0 ? kept.find(p->req.continues) : kept.end();
+      if (it == kept.end()) {
+        fresh.push_back(std::move(p));
+        continue;
       }
+      conts.emplace_back(std::move(p), std::move(it->second));
+      kept.erase(it);
     }
-    auto logits = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
-    ++stats.prefill_calls;
-    auto picked = logits.index_select(0, at::tensor(rows).to(logits.device()));
+    std::vector<Seq*> seqs;
+    std::vector<at::Tensor> logits;
+    auto start_seq = [&](const std::shared_ptr<Pending>& p, int j, int64_t slot) {
+      auto s = std::make_unique<Seq>();
+      s->owner = p;
+      s->sample = j;
+      s->slot = slot;
+      s->pos = p->req.prompt.size();
+      s->seed = mix64(p->seed + 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(j));
+      seqs.push_back(s.get());
+      running[slot] = std::move(s);
+      ++num_running;
+    };
+    if (!fresh.empty()) {
+      int64_t b = fresh.size(), L = 0;
+      for (auto& p : fresh) L = std::max<int64_t>(L, p->req.prompt.size());
+      auto ids = at::zeros({b, L}, at::kLong), lengths = at::zeros({b}, at::kLong);
+      auto acc = ids.accessor<int64_t, 2>();
+      auto len_acc = lengths.accessor<int64_t, 1>();
+      std::vector<int64_t> rows, slots;
+      for (int64_t r = 0; r < b; ++r) {
+        auto& p = fresh[r];
+        for (size_t t = 0; t < p->req.prompt.size(); ++t) acc[r][t] = p->req.prompt[t];
+        len_acc[r] = static_cast<int64_t>(p->req.prompt.size());
+        for (int j = 0; j < p->req.params.n; ++j) {
+          const int64_t slot = *free_slots.begin();
+          free_slots.erase(free_slots.begin());
+          rows.push_back(r);
+          slots.push_back(slot);
+          start_seq(p, j, slot);
+        }
+      }
+      auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
+      ++stats.prefill_calls;
+      logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
+    }
+    if (!conts.empty()) {
+      // Each prompt from the end of the prefix it shares with its kept tokens (one token at
+      // least is prefilled: its logits give the first answer token).
+      const int64_t b = conts.size();
+      std::vector<int64_t> start(b);
+      int64_t T = 0;
+      for (int64_t r = 0; r < b; ++r) {
+        const auto& prompt = conts[r].first->req.prompt;
+        const auto& have = conts[r].second.tokens;
+        const int64_t limit = std::min<int64_t>(have.size(), static_cast<int64_t>(prompt.size()) - 1);
+        int64_t m = 0;
+        while (m < limit && have[m] == prompt[m]) ++m;
+        start[r] = m;
+        T = std::max<int64_t>(T, static_cast<int64_t>(prompt.size()) - m);
+      }
+      auto ids = at::zeros({b, T}, at::kLong), lengths = at::zeros({b}, at::kLong), slots = at::zeros({b}, at::kLong);
+      auto acc = ids.accessor<int64_t, 2>();
+      auto len_acc = lengths.accessor<int64_t, 1>(), slot_acc = slots.accessor<int64_t, 1>();
+      for (int64_t r = 0; r < b; ++r) {
+        const auto& prompt = conts[r].first->req.prompt;
+        for (int64_t t = start[r]; t < static_cast<int64_t>(prompt.size()); ++t) acc[r][t - start[r]] = prompt[t];
+        len_acc[r] = static_cast<int64_t>(prompt.size()) - start[r];
+        slot_acc[r] = conts[r].second.slot;
+        stats.reused_tokens += start[r];
+        start_seq(conts[r].first, 0, conts[r].second.slot);
+      }
+      logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache));
+      ++stats.prefill_calls;
+      stats.continued += b;
+    }
+    auto picked = logits.size() == 1 ? logits[0] : at::cat(logits, 0);
     auto out = sample(picked, sampler_batch(seqs));
     auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
     stats.prefill_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
@@ -305,6 +407,9 @@ struct GenerationEngine::Impl {
     int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
     int64_t span = std::min((max_pos + 1 + kSpanQuantum - 1) / kSpanQuantum * kSpanQuantum, opts.max_seq_len);
     // The step's inputs, rows without a sequence greedy on token 0 (their results are unused).
+    // Such a row still writes its K/V: at the cache's last position, which no sequence reaches
+    // (validate: prompt + max_new_tokens <= max_seq_len, and the last sampled token is never fed
+    // back), so that a kept entry in that slot (GenerationRequest::keep_kv) stays whole.
     int64_t* ip = in_i64_h.data_ptr<int64_t>();
     float* fp = in_f32_h.data_ptr<float>();
     const int64_t B = opts.max_batch;
@@ -315,7 +420,7 @@ struct GenerationEngine::Impl {
       rows[i] = s;
       const SamplingParams* sp = s ? &s->owner->req.params : nullptr;
       ip[i] = s ? s->last : 0;
-      ip[B + i] = s ? s->pos : 0;
+      ip[B + i] = s ? s->pos : opts.max_seq_len - 1;
       ip[2 * B + i] = s ? static_cast<int64_t>(s->seed) : 0;
       ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) : 0;
       ip[4 * B + i] = sp ? sp->top_k : 0;
@@ -432,6 +537,7 @@ struct GenerationEngine::Impl {
         }
       }
     num_running = 0;
+    while (!kept.empty()) release(kept.begin()->first);
   }
 };
 
@@ -448,6 +554,9 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.decode_rows = b.decode_rows - a.decode_rows;
   d.decode_span = b.decode_span - a.decode_span;
   d.slot_moves = b.slot_moves - a.slot_moves;
+  d.reused_tokens = b.reused_tokens - a.reused_tokens;
+  d.continued = b.continued - a.continued;
+  d.kept_evicted = b.kept_evicted - a.kept_evicted;
   d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;
@@ -484,6 +593,7 @@ void GenerationEngine::validate(const GenerationRequest& r) const {
            " tokens) + max_new_tokens (", p.max_new_tokens, ") exceeds the engine's max sequence length (",
            opts_.max_seq_len, ")");
   MC_CHECK(p.stop.empty() || impl_->tok, "stop strings need a tokenizer");
+  MC_CHECK(r.continues < 0 || p.n == 1, "a request that continues a kept cache entry samples once (n = 1), got n = ", p.n);
   for (const auto& s : p.stop) MC_CHECK(!s.empty(), "empty stop string");
 }
 
@@ -537,6 +647,18 @@ bool GenerationEngine::step() {
   MC_CHECK(!impl_->worker.joinable(), "step() while the engine's server thread runs");
   return impl_->step();
 }
+
+void GenerationEngine::release(int64_t kept) {
+  MC_CHECK(!impl_->worker.joinable(), "release() while the engine's server thread runs");
+  impl_->release(kept);
+}
+
+void GenerationEngine::release_kept() {
+  MC_CHECK(!impl_->worker.joinable(), "release_kept() while the engine's server thread runs");
+  while (!impl_->kept.empty()) impl_->release(impl_->kept.begin()->first);
+}
+
+int64_t GenerationEngine::kept_entries() const { return static_cast<int64_t>(impl_->kept.size()); }
 
 void GenerationEngine::start() {
   if (impl_->worker.joinable()) return;

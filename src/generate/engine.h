@@ -45,11 +45,23 @@ struct Completion {
   std::vector<float> logprobs;   // one per token: log softmax(logits / T) at the sampled id
   std::string text;              // decoded (stop token and stop string excluded); needs a tokenizer
   std::string finish_reason;     // "stop" | "length" | "loop" (| "context_full": `generate` gave the prompt no room)
+  int64_t kept = -1;             // GenerationRequest::keep_kv: the kept cache entry, for a next turn's `continues`
 };
 
+// A conversation's next turn need not prefill its whole history again. A request with keep_kv
+// leaves each finished sample's cache slot filled (Completion::kept names the entry) instead of
+// freeing it; a later request with `continues` set to that entry (n = 1) takes the slot over and
+// prefills only its prompt beyond the longest prefix it shares with the kept tokens (the earlier
+// prompt and answer). Kept entries are a cache, not a reservation: when a request needs slots and
+// none is free, the oldest kept entries are given up (their continuations prefill everything),
+// and an entry that is gone, released or never existed makes `continues` a plain request. The
+// owner releases entries it will not continue (release(), release_kept(): after the weights
+// change, since the kept K/V are the old weights').
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   SamplingParams params;
+  bool keep_kv = false;
+  int64_t continues = -1;
 };
 
 struct EngineOptions {
@@ -93,6 +105,9 @@ struct EngineStats {
   // larger) and the cache positions each attended to (the span, the longest sequence's).
   int64_t decode_rows = 0, decode_span = 0;
   int64_t slot_moves = 0;  // sequences moved to a lower cache slot (compact_slots)
+  // Kept caches (GenerationRequest::keep_kv): prompt tokens not prefilled because a kept entry
+  // held them, prompts that continued a kept entry, and entries given up for room.
+  int64_t reused_tokens = 0, continued = 0, kept_evicted = 0;
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
   // sampling, and the whole step on the host clock (the rest is host work and transfers).
   // With graph_sampling, decode_gpu_ms is the graph's (model and sampling) and sample_gpu_ms
@@ -136,6 +151,12 @@ class GenerationEngine {
   void start();
   void stop();
   std::future<std::vector<Completion>> submit(GenerationRequest request);
+
+  // Kept cache entries (GenerationRequest::keep_kv): give one up (an unknown id is ignored), or
+  // all of them; how many are held. Not with the server thread.
+  void release(int64_t kept);
+  void release_kept();
+  int64_t kept_entries() const;
 
   // Throws mc::Error when a request can never run (empty prompt, too long, bad parameters).
   void validate(const GenerationRequest& r) const;

@@ -403,6 +403,57 @@ at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, 
   return lm_head(h.gather(1, last).squeeze(1));
 }
 
+at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
+                                  const at::Tensor& slots, KvCache& cache) const {
+  const int64_t B = ids.size(0), T = ids.size(1), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
+  MC_CHECK(starts.numel() == B && lengths.numel() == B && slots.numel() == B, "prefill_from: ", B,
+           " rows need as many starts, lengths and slots");
+  auto st = starts.to(at::kCPU, at::kLong).contiguous(), len = lengths.to(at::kCPU, at::kLong).contiguous();
+  auto sl = slots.to(at::kCPU, at::kLong).contiguous();
+  const int64_t *sp = st.data_ptr<int64_t>(), *lp = len.data_ptr<int64_t>(), *slp = sl.data_ptr<int64_t>();
+  // Where each real (row, kv head, token) goes in the flattened cache [slots * Hkv * L, D], and
+  // which row of the flattened new K/V [B * Hkv * T, D] it comes from: padding is not written.
+  std::vector<int64_t> dst, src;
+  int64_t span = 1;
+  for (int64_t b = 0; b < B; ++b) {
+    MC_CHECK(lp[b] >= 1 && lp[b] <= T && sp[b] >= 0 && sp[b] + lp[b] <= L, "prefill_from: row ", b, " (start ", sp[b],
+             ", ", lp[b], " tokens) does not fit the KV cache (", L, ")");
+    span = std::max(span, sp[b] + lp[b]);
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t t = 0; t < lp[b]; ++t) {
+        dst.push_back((slp[b] * Hkv + h) * L + sp[b] + t);
+        src.push_back((b * Hkv + h) * T + t);
+      }
+  }
+  auto dev = at::TensorOptions().device(device()).dtype(at::kLong);
+  auto dst_d = at::tensor(dst).to(device()), src_d = at::tensor(src).to(device());
+  auto starts_d = st.to(device()), slots_d = sl.to(device());
+  // Padding positions are clamped into the table; their results are never read.
+  auto positions = (starts_d.unsqueeze(1) + at::arange(T, dev).unsqueeze(0)).clamp_max(L - 1);
+  auto h = at::embedding(embed_, ids.to(device(), at::kLong));
+  auto cos = rope_cos_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
+  auto sin = rope_sin_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
+  // Query t of row b sees cache positions <= starts[b] + t.
+  auto mask = (at::arange(span, dev).view({1, 1, span}) <= positions.unsqueeze(-1)).unsqueeze(1);  // [B, 1, T, span]
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);
+    q = q.transpose(1, 2);  // [B, heads, T, D]
+    cache.k[i].view({-1, D}).index_copy_(0, dst_d, k.transpose(1, 2).reshape({-1, D}).index_select(0, src_d));
+    cache.v[i].view({-1, D}).index_copy_(0, dst_d, v.transpose(1, 2).reshape({-1, D}).index_select(0, src_d));
+    auto kc = cache.k[i].index_select(0, slots_d).narrow(2, 0, span);  // [B, Hkv, span, D]
+    auto vc = cache.v[i].index_select(0, slots_d).narrow(2, 0, span);
+    auto o = at::scaled_dot_product_attention(q, kc, vc, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                              /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != Hkv);
+    o = o.transpose(1, 2).reshape({B, T, cfg_.q_size()});
+    h = h + l.out_proj(o);
+    h = h + mlp(l, rms_norm(h, l.post_norm));
+  }
+  h = rms_norm(h, final_norm_);
+  auto last = (len.to(device()) - 1).view({-1, 1, 1}).expand({B, 1, h.size(2)});
+  return lm_head(h.gather(1, last).squeeze(1));
+}
+
 void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,
                        at::Tensor& out, const std::string& attention) const {
   MC_CHECK(attention == "sdpa" || attention == "matmul", "decode attention must be sdpa or matmul, got ", attention);

@@ -72,6 +72,13 @@ class QwenModel {
   // logits of each row's last prompt token [b, vocab].
   at::Tensor prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
                      const at::Tensor& slots, KvCache& cache) const;
+  // Prompts that continue what a cache slot already holds (a conversation's next turn): row i's
+  // tokens ids[i, :lengths[i]] (right-padded) sit at positions starts[i], starts[i] + 1, ... of
+  // slot slots[i], whose positions below starts[i] hold the K/V of the tokens before them. Their
+  // K/V are written there, each token attends to its slot's earlier positions and to the row's
+  // tokens up to itself. Returns the logits of each row's last token [b, vocab].
+  at::Tensor prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
+                          const at::Tensor& slots, KvCache& cache) const;
   // One token for each of the first `batch` slots: tokens[i] at position positions[i]
   // (slot i's K/V for earlier positions are in the cache). Attends over the first `span`
   // cache positions (span > every position). Writes logits into out [batch, vocab]. Static

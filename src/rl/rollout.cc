@@ -163,8 +163,10 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
     if (!generate_turn(b, tasks, stats)) break;
   }
   if (!waited && at_first_wait) at_first_wait();
-  for (auto& t : b.traj)
+  for (auto& t : b.traj) {
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
+    let_go(t);
+  }
 }
 
 void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
@@ -192,6 +194,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   auto landed = [&](Flow& f, size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
     Trajectory& t = f.b->traj[i];
     t.turns.push_back(sampled(context, c));
+    t.kv = c.kept;
     if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
     --f.generating;
     if (planted_ && planted_->find(problem_key(f, i), f.b->opts.step, static_cast<int>(t.turns.size()), t.sample))
@@ -231,7 +234,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   verdict = [&](Flow& f, size_t i) {
     Trajectory& t = f.b->traj[i];
     stop_after_verdict(t, f.b->opts.max_turns);
-    if (!t.stop_reason.empty()) return;
+    if (!t.stop_reason.empty()) return let_go(t);
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
     if (!next_request(*f.b, i, turn, &r, stats)) return;
@@ -381,8 +384,10 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     beside->collected = beside->answering.empty();
   }
   if (!waited && at_first_wait) at_first_wait();
-  for (auto& t : traj)
+  for (auto& t : traj) {
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
+    let_go(t);
+  }
   b.collected = true;
 }
 
@@ -393,6 +398,7 @@ gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_
   r.params.n = b.opts.group_size;
   r.params.seed = b.prompts[p].seed;
   r.params.stop_token_ids = {im_end_};
+  r.keep_kv = b.opts.reuse_kv && b.opts.max_turns > 1;
   const int64_t max_seq = engine_.options().max_seq_len;
   MC_CHECK(static_cast<int64_t>(r.prompt.size()) + r.params.max_new_tokens <= max_seq, "prompt of ",
            tasks[b.prompts[p].task].problem->key, " (", r.prompt.size(), " tokens) + --max-new-tokens exceeds --max-seq-len ",
@@ -413,9 +419,18 @@ bool RolloutRunner::next_request(RolloutBatch& b, size_t i, int turn, gen::Gener
   r->params.stop_token_ids = {im_end_};
   if (static_cast<int64_t>(r->prompt.size()) + r->params.max_new_tokens > engine_.options().max_seq_len) {
     t.stop_reason = "context_full";
+    let_go(t);
     return false;
   }
+  // The engine takes the kept cache over (or, if it gave the entry up, prefills everything).
+  r->keep_kv = b.opts.reuse_kv && turn < b.opts.max_turns;
+  r->continues = std::exchange(t.kv, -1);
   return true;
+}
+
+void RolloutRunner::let_go(Trajectory& t) const {
+  if (t.kv >= 0) engine_.release(t.kv);
+  t.kv = -1;
 }
 
 // An answer identical to one already judged in the batch (same problem, same text) is not
@@ -498,7 +513,10 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
     }
   } else {
     for (size_t i = 0; i < traj.size(); ++i) {
-      if (!traj[i].stop_reason.empty()) continue;
+      if (!traj[i].stop_reason.empty()) {
+        let_go(traj[i]);
+        continue;
+      }
       gen::GenerationRequest r;
       if (!next_request(b, i, turn, &r, stats)) continue;
       reqs.push_back(std::move(r));
@@ -518,6 +536,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   auto record = [&](size_t i, const std::vector<int32_t>& context, const gen::Completion& comp) {
     Trajectory& t = traj[i];
     t.turns.push_back(sampled(context, comp));
+    t.kv = comp.kept;
     const std::string& key = tasks[prompts[t.prompt].task].problem->key;
     if (planted_ && planted_->find(key, o.step, turn, t.sample)) pending_planted.push_back(i);
     else submit(i);

@@ -68,6 +68,7 @@ struct Trajectory {
   std::vector<TurnRecord> turns;
   std::string stop_reason;  // passed | max_turns | infra_error | context_full
   double reward = 0, advantage = 0;
+  int64_t kv = -1;  // RolloutOptions::reuse_kv: the engine's kept cache of the last answer (not saved)
   bool infra() const { return stop_reason == "infra_error"; }
   int first_pass() const;  // 1-based turn of the first passing answer; 0: none
 };
@@ -95,6 +96,11 @@ struct RolloutOptions {
   // verdicts. Which answers share a decode step then depends on when verdicts come, so the
   // sampled text is no longer bit-reproducible on a GPU (the seeds are the same either way).
   bool pipeline = false;
+  // A trajectory's next turn continues the engine's cache of its conversation (gen::
+  // GenerationRequest::keep_kv): only the feedback turn, and whatever of the answer its text
+  // re-tokenizes differently, is prefilled, instead of the whole conversation. The owner calls
+  // the engine's release_kept() when the weights change.
+  bool reuse_kv = false;
 };
 
 // Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
@@ -200,6 +206,8 @@ class RolloutRunner {
   // How the answer just recorded on trajectory i gets its verdict.
   enum class Judged { kSubmitted, kTwin, kReused };
   Judged submit_answer(RolloutBatch& b, size_t i, int turn, const std::vector<synth::Task>& tasks, RolloutStats* stats);
+  // Gives the engine back trajectory t's kept cache (reuse_kv), once it will not answer again.
+  void let_go(Trajectory& t) const;
   // A planted answer (tests) in place of the sampled one, with the policy's log-probabilities.
   void plant(TurnRecord& rec, const std::string& text, float temperature) const;
 

@@ -485,6 +485,7 @@ RlResult run_rl(const RlOptions& o) {
     ropt.sampling.loop_window = o.loop_window;
     ropt.hold_judges = o.hold_judges;
     ropt.pipeline = o.pipeline_turns;
+    ropt.reuse_kv = o.reuse_kv;
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
     ropt.memory = memory.enabled() ? &memory : nullptr;
@@ -761,7 +762,10 @@ RlResult run_rl(const RlOptions& o) {
                                             {"normalizer", n_tokens}, {"sequences", dump_seqs}}.dump() << "\n";
     }
     const double lr = sched.at(step);
-    if (n_tokens > 0) opt.step(lr);
+    if (n_tokens > 0) {
+      opt.step(lr);
+      engine.release_kept();  // kept K/V are the old weights': a later turn prefills anew
+    }
     const double train_s = since(t_train);
     std::optional<double> anchor_loss;
     double anchor_s = 0;
@@ -861,6 +865,12 @@ RlResult run_rl(const RlOptions& o) {
                 {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
+                // --reuse-kv: prompts that continued a kept cache, the prompt tokens that spared
+                // prefilling, of all prompt tokens, and kept caches given up for room.
+                {"gen_continued", static_cast<double>(gd.continued)},
+                {"gen_reused_tokens", static_cast<double>(gd.reused_tokens)},
+                {"gen_prompt_tokens", static_cast<double>(gd.prompt_tokens)},
+                {"gen_kept_evicted", static_cast<double>(gd.kept_evicted)},
                 {"epoch", epoch + static_cast<double>(index) / static_cast<double>(tasks.size())}};
     for (int k = 1; k <= o.max_turns; ++k) {
       row[fmt::format("pass_rate_turn{}", k)] = ratio(num(m, fmt::format("passed_{}", k)), num(m, fmt::format("answered_{}", k)));

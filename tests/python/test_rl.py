@@ -547,6 +547,37 @@ def test_pipelined_turns(setup):
     assert_same_trajectories(ref, out)
 
 
+def test_reuse_kv(setup):
+    """--reuse-kv: a trajectory's second answer continues the engine's kept cache of its first
+    (only the feedback turn is prefilled; the engine's own test, engine_kv_test.cc, shows a
+    continued prefill equals a fresh one). The same rows, update and trajectories (later answers
+    by verdict) as without it, turn by turn against test_rl_steps_reach_every_branch's run and
+    pipelined with --async against test_pipelined_turns's; and the engine's counts show the
+    reuse: turn by turn every second answer continued its first, with --async only those asked
+    for before the next update (a kept cache holds the weights it was made with)."""
+    base = setup[0]
+    for args, ref_name, extra in ((("--max-steps", "3", "--save-every", "1", "--grad-clip", "0"), "run", ()),
+                                  (("--max-steps", "3", "--save-every", "1", "--async"), "async-pipelined",
+                                   ("--pipeline-turns",))):
+        ref, out = base / ref_name, base / (ref_name + "-kv")
+        if not (ref / "metrics.jsonl").exists():
+            mc(*rl_args(setup, ref, *args, *extra))
+        mc(*rl_args(setup, out, *args, *extra, "--reuse-kv"))
+        assert_same_run(ref, out)
+        assert_same_trajectories(ref, out, later_text=False)
+        rows, plain = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
+        assert all(r["gen_prompt_tokens"] == p["gen_prompt_tokens"] for r, p in zip(rows, plain)), ref_name
+        assert all(p["gen_continued"] == 0 and p["gen_reused_tokens"] == 0 for p in plain)
+        assert all(r["gen_kept_evicted"] == 0 for r in rows)
+        if ref_name == "run":
+            # Every second answer (those of the trajectories that failed at turn 1) continued.
+            for r in rows:
+                second = round(r["answers"] - 4)  # 2 prompts x 2 samples answered turn 1
+                assert r["gen_continued"] == second and r["gen_reused_tokens"] > 0, r
+        else:
+            assert sum(r["gen_continued"] for r in rows) > 0 and sum(r["gen_reused_tokens"] for r in rows) > 0
+
+
 def test_repairs_ahead(setup):
     """--repairs-ahead: the next step's verdicts are taken in this step's pipelined loop too, and
     its failed answers' second turns asked for at once, where the engine would otherwise wait for

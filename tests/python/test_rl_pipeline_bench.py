@@ -2,6 +2,7 @@
 the next arm waits for the last one's GPU processes to exit, and a process without a command line
 (exiting, or a zombie) is named by its state and parent."""
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -47,3 +48,55 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
     assert bench.command_of(lingering.pid) == f"[{lingering.pid}: Z, parent {os.getpid()}]"
     lingering.wait()
     assert bench.command_of(lingering.pid) is None
+
+
+def test_resume_keeps_finished_arms_and_reruns_a_killed_one_from_scratch(tmp_path):
+    """A lease ends mid-bench: --resume keeps the arms SUMMARY.json already holds and runs the
+    rest afresh (a killed arm's folder removed first: train rl would resume it), and refuses a
+    summary of other options. The trainer here is a stand-in that writes metrics rows; what is
+    tested is the bench's bookkeeping."""
+    ran = tmp_path / "ran"
+    trainer = tmp_path / "train-rl"
+    trainer.write_text(f"""#!{sys.executable}
+import json, os, sys
+args = sys.argv[1:]
+out = args[args.index("--out") + 1]
+arm = os.path.basename(out)
+with open({str(ran)!r}, "a") as f:
+    f.write(arm + (" leftover" if os.path.exists(os.path.join(out, "partial")) else "") + "\\n")
+os.makedirs(out, exist_ok=True)
+if os.environ.get("FAIL_ARM") == arm:
+    open(os.path.join(out, "partial"), "w").close()
+    sys.exit(3)
+with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+    for step in (1, 2, 3):
+        f.write(json.dumps({{"step": step, "generate_s": 10.0, "verify_wait_s": 2.0, "drain_s": 0.0, "train_s": 1.0,
+                            "step_s": 13.0 if "kv" in arm else 14.0, "verify_overhead": 0.2, "asked_while_decoding": 0,
+                            "pass_rate_turn1": 0.5, "pass_rate_turn2": 0.1, "pass_rate_turn3": 0.0, "answers": 64,
+                            "answer_tokens_mean": 500.0}}) + "\\n")
+""")
+    trainer.chmod(0o755)
+    out = tmp_path / "bench"
+    cmd = [sys.executable, os.path.join(ROOT, "bench", "rl_pipeline.py"), "--musacoder-model", str(trainer),
+           "--model", "m", "--problems", "p.jsonl", "--out", str(out), "--steps", "3",
+           "--arms", "turns,async-defer-kv", "--", "--level", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAIL_ARM": "async-defer-kv"})
+    assert first.returncode != 0 and "async-defer-kv: train rl exited with 3" in first.stderr, first.stderr
+    again = subprocess.run(cmd + [], capture_output=True, text=True)
+    assert again.returncode == 0, again.stderr  # without --resume: both arms again, the killed one's folder cleared
+    assert ran.read_text().split() == ["turns", "async-defer-kv", "turns", "async-defer-kv"]
+    ran.write_text("")
+    (out / "async-defer-kv" / "partial").parent.mkdir(parents=True, exist_ok=True)
+    (out / "async-defer-kv" / "partial").write_text("")
+    summary = json.loads((out / "SUMMARY.json").read_text())
+    del summary["arms"]["async-defer-kv"]
+    (out / "SUMMARY.json").write_text(json.dumps(summary))
+    resumed = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "1"], capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resumed: turns" in resumed.stdout
+    assert ran.read_text() == "async-defer-kv\n"  # the killed arm's folder was cleared first
+    summary = json.loads((out / "SUMMARY.json").read_text())
+    assert set(summary["arms"]) == {"turns", "async-defer-kv"}
+    assert summary["arms"]["async-defer-kv"]["overhead_vs_turns_all"] == (39 - 33) / 33
+    other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
+    assert other.returncode != 0 and "another run's" in other.stderr

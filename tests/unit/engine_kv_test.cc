@@ -1,0 +1,178 @@
+// The generation engine's kept caches (GenerationRequest::keep_kv / continues): a conversation's
+// next turn prefilled from where the prefix it shares with the kept tokens ends gives the same
+// tokens and log-probs as the whole prompt prefilled afresh, alone or several continuations in one
+// prefill call, after a partial match, and when the entry was given up for room. On CUDA (where
+// there is one) the same, with the decode step's CUDA graphs. Tiny random Qwen3 model, fp32.
+#include <gtest/gtest.h>
+
+#include <ATen/Context.h>
+
+#include "common/check.h"
+#include "generate/engine.h"
+#include "model/qwen_model.h"
+
+namespace {
+
+using mc::gen::Completion;
+using mc::gen::EngineOptions;
+using mc::gen::GenerationEngine;
+using mc::gen::GenerationRequest;
+
+mc::model::QwenModel tiny(c10::Device device) {
+  mc::model::QwenConfig c;
+  c.architecture = "Qwen3ForCausalLM";
+  c.vocab_size = 97;
+  c.hidden_size = 64;
+  c.intermediate_size = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;  // GQA
+  c.head_dim = 16;
+  c.max_position_embeddings = 256;
+  c.qk_norm = true;
+  c.eos_token_ids = {96};
+  // Larger weights than a fresh model's: peaked logits, so that greedy choices are not near-ties
+  // that the two prefill paths' last-bit differences could flip.
+  return mc::model::QwenModel::random(c, device, at::kFloat, 7, /*init_std=*/0.25);
+}
+
+GenerationRequest greedy(std::vector<int32_t> prompt, int max_new, bool keep = false, int64_t continues = -1) {
+  GenerationRequest r;
+  r.prompt = std::move(prompt);
+  r.params.temperature = 0;
+  r.params.max_new_tokens = max_new;
+  r.params.ignore_eos = true;
+  r.keep_kv = keep;
+  r.continues = continues;
+  return r;
+}
+
+std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+void expect_same(const Completion& got, const Completion& want, const std::string& what) {
+  EXPECT_EQ(got.tokens, want.tokens) << what;
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
+  for (size_t i = 0; i < got.logprobs.size(); ++i) EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 2e-4) << what << " token " << i;
+}
+
+class EngineKv : public ::testing::TestWithParam<std::string> {
+ protected:
+  c10::Device device() const { return c10::Device(GetParam()); }
+  EngineOptions options() const {
+    EngineOptions o;
+    o.max_batch = 8;
+    o.max_seq_len = 128;
+    return o;
+  }
+};
+
+TEST_P(EngineKv, ContinuationEqualsAFreshPrefill) {
+  auto model = tiny(device());
+  GenerationEngine kv(model, nullptr, options()), plain(model, nullptr, options());
+  const std::vector<int32_t> p1{3, 14, 15, 92, 65, 35, 89, 79, 32, 38};
+  auto first = kv.generate({greedy(p1, 9, /*keep=*/true)})[0][0];
+  ASSERT_GE(first.kept, 0);
+  EXPECT_EQ(kv.kept_entries(), 1);
+  expect_same(first, plain.generate({greedy(p1, 9)})[0][0], "the kept turn itself");
+
+  // The next turn: the whole conversation so far and a new user turn.
+  const auto p2 = concat(concat(p1, first.tokens), {46, 26, 43, 38, 32});
+  auto before = kv.stats();
+  auto second = kv.generate({greedy(p2, 12, /*keep=*/true, first.kept)})[0][0];
+  auto d = mc::gen::stats_between(before, kv.stats());
+  EXPECT_EQ(d.continued, 1);
+  // Kept: the prompt and every answer token but the last, which was never fed back.
+  EXPECT_EQ(d.reused_tokens, static_cast<int64_t>(p1.size() + first.tokens.size() - 1));
+  expect_same(second, plain.generate({greedy(p2, 12)})[0][0], "second turn");
+
+  // A third turn that shares only part of the kept tokens (a re-tokenized answer differs from
+  // the sampled tokens somewhere): the shared prefix is reused, the rest prefilled.
+  auto p3 = concat(concat(p2, second.tokens), {11, 12, 13});
+  p3[p1.size() + 4] = (p3[p1.size() + 4] + 1) % 90;
+  before = kv.stats();
+  auto third = kv.generate({greedy(p3, 10, /*keep=*/false, second.kept)})[0][0];
+  d = mc::gen::stats_between(before, kv.stats());
+  EXPECT_EQ(d.continued, 1);
+  EXPECT_EQ(d.reused_tokens, static_cast<int64_t>(p1.size() + 4));
+  EXPECT_EQ(third.kept, -1);
+  EXPECT_EQ(kv.kept_entries(), 0);  // continued without keep_kv: the slot is free again
+  expect_same(third, plain.generate({greedy(p3, 10)})[0][0], "third turn, partial prefix");
+}
+
+TEST_P(EngineKv, ContinuationsPrefilledTogetherBesideAFreshPrompt) {
+  auto model = tiny(device());
+  GenerationEngine kv(model, nullptr, options()), plain(model, nullptr, options());
+  const std::vector<std::vector<int32_t>> firsts{{5, 6, 7, 8, 9, 10, 11}, {20, 21, 22}, {40, 41, 42, 43, 44, 45, 46, 47, 48}};
+  std::vector<GenerationRequest> reqs;
+  for (const auto& p : firsts) reqs.push_back(greedy(p, 6 + static_cast<int>(p.size()) % 5, true));
+  auto out = kv.generate(reqs);
+  // Each continues with a user turn of a different length; a fresh prompt comes with them.
+  std::vector<GenerationRequest> next, fresh;
+  for (size_t i = 0; i < firsts.size(); ++i) {
+    auto p = concat(concat(firsts[i], out[i][0].tokens), std::vector<int32_t>(2 + 3 * i, static_cast<int32_t>(60 + i)));
+    next.push_back(greedy(p, 8, false, out[i][0].kept));
+    fresh.push_back(greedy(p, 8));
+  }
+  next.push_back(greedy({70, 71, 72, 73}, 8));
+  fresh.push_back(greedy({70, 71, 72, 73}, 8));
+  auto before = kv.stats();
+  auto got = kv.generate(next);
+  auto d = mc::gen::stats_between(before, kv.stats());
+  EXPECT_EQ(d.continued, 3);
+  EXPECT_EQ(d.prefill_calls, 2);  // the continuations in one call, the fresh prompt in another
+  auto want = plain.generate(fresh);
+  for (size_t i = 0; i < got.size(); ++i) expect_same(got[i][0], want[i][0], "request " + std::to_string(i));
+}
+
+TEST_P(EngineKv, KeptEntriesGiveWayAndStaleIdsPrefillEverything) {
+  auto model = tiny(device());
+  GenerationEngine kv(model, nullptr, options()), plain(model, nullptr, options());
+  // Eight kept samples fill every slot.
+  auto r = greedy({1, 2, 3, 4, 5}, 4, true);
+  r.params.n = 8;
+  auto eight = kv.generate({r})[0];
+  EXPECT_EQ(kv.kept_entries(), 8);
+  // A new prompt needs a slot: the oldest entry is given up for it.
+  auto before = kv.stats();
+  auto other = kv.generate({greedy({9, 8, 7}, 4)})[0][0];
+  EXPECT_EQ(mc::gen::stats_between(before, kv.stats()).kept_evicted, 1);
+  EXPECT_EQ(kv.kept_entries(), 7);
+  expect_same(other, plain.generate({greedy({9, 8, 7}, 4)})[0][0], "the prompt that needed room");
+  // The evicted entry's continuation is a plain request; a kept one's continues.
+  auto p = concat(concat({1, 2, 3, 4, 5}, eight[0].tokens), {30, 31});
+  before = kv.stats();
+  auto a = kv.generate({greedy(p, 5, false, eight[0].kept)})[0][0];
+  EXPECT_EQ(mc::gen::stats_between(before, kv.stats()).continued, 0);
+  expect_same(a, plain.generate({greedy(p, 5)})[0][0], "evicted entry's turn");
+  auto q = concat(concat({1, 2, 3, 4, 5}, eight[1].tokens), {30, 31});
+  before = kv.stats();
+  auto b = kv.generate({greedy(q, 5, false, eight[1].kept)})[0][0];
+  EXPECT_EQ(mc::gen::stats_between(before, kv.stats()).continued, 1);
+  expect_same(b, plain.generate({greedy(q, 5)})[0][0], "kept entry's turn");
+  // Released entries free their slots; an unknown id is ignored.
+  kv.release(eight[2].kept);
+  kv.release(12345);
+  EXPECT_EQ(kv.kept_entries(), 5);
+  kv.release_kept();
+  EXPECT_EQ(kv.kept_entries(), 0);
+  // Eight fresh sequences fit again.
+  r.keep_kv = false;
+  EXPECT_EQ(kv.generate({r})[0].size(), 8u);
+  // A continuation samples once.
+  auto bad = greedy(p, 5, false, 3);
+  bad.params.n = 2;
+  EXPECT_THROW(kv.validate(bad), mc::Error);
+}
+
+std::vector<std::string> devices() {
+  std::vector<std::string> d{"cpu"};
+  if (at::hasCUDA()) d.push_back("cuda");
+  return d;
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, EngineKv, ::testing::ValuesIn(devices()));
+
+}  // namespace
