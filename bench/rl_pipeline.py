@@ -251,7 +251,17 @@ def main():
         if rc != 0:
             sys.exit(f"{arm}: train rl exited with {rc} (see {a.out}/{arm}.log)")
         rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
+        # A --reuse-kv arm in which no prompt continued a kept cache measured the arm without it
+        # (session 44: a device build's trainer object older than its source; the kv arms were
+        # repeats of the plain ones). Said, and kept in the summary.
+        kv_continued = None
+        if "--reuse-kv" in flag:
+            kv_continued = sum(r.get("gen_continued") or 0 for r in rows)
+            if not kv_continued:
+                print(f"{arm}: --reuse-kv, but no prompt continued a kept cache (no gen_continued in its "
+                      f"metrics): this arm ran without KV reuse", flush=True)
         summary["arms"][arm] = {"wall_s": time.time() - t0, "host": host, "waited_for_gpu_s": waited,
+                                "kv_continued": kv_continued,
                                 "gpu_processes_at_start": left, "overhead_all": overhead(rows),
                                 "overhead_from_step2": overhead(rows[1:]), "step_s": sum(r["step_s"] for r in rows),
                                 "steps": [{k: r.get(k) for k in ("step",) + KEYS + MORE} for r in rows]}

@@ -98,5 +98,8 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     summary = json.loads((out / "SUMMARY.json").read_text())
     assert set(summary["arms"]) == {"turns", "async-defer-kv"}
     assert summary["arms"]["async-defer-kv"]["overhead_vs_turns_all"] == (39 - 33) / 33
+    # The stand-in's rows have no gen_continued: a --reuse-kv arm that reused nothing is said.
+    assert "async-defer-kv: --reuse-kv, but no prompt continued a kept cache" in resumed.stdout
+    assert summary["arms"]["async-defer-kv"]["kv_continued"] == 0 and summary["arms"]["turns"]["kv_continued"] is None
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr
