@@ -12,7 +12,9 @@ while this step's answers are judged, one step off-policy), "async-defer" (all t
 attention choice on the H100 before session 38); "async-defer-ahead" (as async-defer, with
 --repairs-ahead: the next step's failed answers get their second turn while this step's last
 verdicts are judged, where the engine would wait idle); "turns-kv" and "async-defer-kv" with
---reuse-kv (a later turn prefills only what its kept cache lacks). With
+--reuse-kv (a later turn prefills only what its kept cache lacks). NAME@K is the K-th repeat of
+arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives each repeated arm's step times
+and their spread, since one run of each arm is not enough to tell arms ~15% apart. With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
 run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
@@ -210,7 +212,10 @@ def main():
              # Later turns continue the engine's KV cache of their conversation (--reuse-kv).
              "turns-kv": ["--reuse-kv"],
              "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"]}
-    unknown = [arm for arm in a.arms.split(",") if arm not in flags]
+    # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
+    # differed by ~15% of step time, more than the effects the arms were to show).
+    base_of = lambda arm: arm.split("@", 1)[0]  # noqa: E731
+    unknown = [arm for arm in a.arms.split(",") if base_of(arm) not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
     path = os.path.join(a.out, "SUMMARY.json")
@@ -230,7 +235,7 @@ def main():
         if waited >= 1 or left:
             print(f"{arm}: waited {waited:.1f} s for earlier GPU processes to exit"
                   + (f"; still there: {'; '.join(left)}" if left else ""), flush=True)
-        flag = flags[arm]
+        flag = flags[base_of(arm)]
         out = os.path.join(a.out, arm)
         for d in (out, os.path.join(a.out, "cache-" + arm)):  # a killed try's, which train rl would resume
             shutil.rmtree(d, ignore_errors=True)
@@ -278,6 +283,15 @@ def main():
             # Every step: --repairs-ahead does a later step's work in the step before (its last
             # step took 0 s in session 40), which the steady steps alone would miscount.
             s["overhead_vs_turns_per_token_all"] = overhead_vs_per_token(s["steps"], base)
+    # Each arm run more than once: its steps' total time, every run's and their spread.
+    by_base = {}
+    for arm, s in summary["arms"].items():
+        by_base.setdefault(base_of(arm), []).append(s["step_s"])
+    summary["repeats"] = {b: {"step_s": v, "mean": sum(v) / len(v), "spread": (max(v) - min(v)) / min(v)}
+                          for b, v in by_base.items() if len(v) > 1}
+    for b, r in summary["repeats"].items():
+        print(f"{b}: {len(r['step_s'])} runs, steps {', '.join(f'{x:.1f}' for x in r['step_s'])} s "
+              f"(mean {r['mean']:.1f}, spread {100 * r['spread']:.1f}%)")
     print(f"{'arm':<10} {'step':>4} " + " ".join(f"{k[:14]:>14}" for k in KEYS))
     for arm, s in summary["arms"].items():
         for r in s["steps"]:

@@ -101,5 +101,15 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     # The stand-in's rows have no gen_continued: a --reuse-kv arm that reused nothing is said.
     assert "async-defer-kv: --reuse-kv, but no prompt continued a kept cache" in resumed.stdout
     assert summary["arms"]["async-defer-kv"]["kv_continued"] == 0 and summary["arms"]["turns"]["kv_continued"] is None
+    # A repeat of an arm (NAME@K) runs as NAME into its own folder, and the spread is reported.
+    ran.write_text("")
+    again = cmd[:-3] + ["--resume", "--", "--level", "1"]
+    again[again.index("--arms") + 1] = "turns,async-defer-kv,turns@2"
+    rep = subprocess.run(again, capture_output=True, text=True)
+    assert rep.returncode == 0, rep.stderr
+    assert ran.read_text() == "turns@2\n" and "--out" in rep.stdout and "turns@2" in rep.stdout
+    summary = json.loads((out / "SUMMARY.json").read_text())
+    assert summary["repeats"]["turns"] == {"step_s": [42.0, 42.0], "mean": 42.0, "spread": 0.0}
+    assert "turns: 2 runs, steps 42.0, 42.0 s" in rep.stdout
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr
