@@ -69,7 +69,7 @@ if os.environ.get("FAIL_ARM") == arm:
     open(os.path.join(out, "partial"), "w").close()
     sys.exit(3)
 with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-    for step in (1, 2, 3):
+    for step in (1, 2, 3, 4):
         f.write(json.dumps({{"step": step, "generate_s": 10.0, "verify_wait_s": 2.0, "drain_s": 0.0, "train_s": 1.0,
                             "step_s": 13.0 if "kv" in arm else 14.0, "verify_overhead": 0.2, "asked_while_decoding": 0,
                             "pass_rate_turn1": 0.5, "pass_rate_turn2": 0.1, "pass_rate_turn3": 0.0, "answers": 64,
@@ -78,7 +78,7 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     trainer.chmod(0o755)
     out = tmp_path / "bench"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "rl_pipeline.py"), "--musacoder-model", str(trainer),
-           "--model", "m", "--problems", "p.jsonl", "--out", str(out), "--steps", "3",
+           "--model", "m", "--problems", "p.jsonl", "--out", str(out), "--steps", "4",
            "--arms", "turns,async-defer-kv", "--", "--level", "1"]
     first = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAIL_ARM": "async-defer-kv"})
     assert first.returncode != 0 and "async-defer-kv: train rl exited with 3" in first.stderr, first.stderr
@@ -97,7 +97,7 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     assert ran.read_text() == "async-defer-kv\n"  # the killed arm's folder was cleared first
     summary = json.loads((out / "SUMMARY.json").read_text())
     assert set(summary["arms"]) == {"turns", "async-defer-kv"}
-    assert summary["arms"]["async-defer-kv"]["overhead_vs_turns_all"] == (39 - 33) / 33
+    assert summary["arms"]["async-defer-kv"]["overhead_vs_turns_all"] == (52 - 44) / 44
     # The stand-in's rows have no gen_continued: a --reuse-kv arm that reused nothing is said.
     assert "async-defer-kv: --reuse-kv, but no prompt continued a kept cache" in resumed.stdout
     assert summary["arms"]["async-defer-kv"]["kv_continued"] == 0 and summary["arms"]["turns"]["kv_continued"] is None
@@ -109,7 +109,12 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     assert rep.returncode == 0, rep.stderr
     assert ran.read_text() == "turns@2\n" and "--out" in rep.stdout and "turns@2" in rep.stdout
     summary = json.loads((out / "SUMMARY.json").read_text())
-    assert summary["repeats"]["turns"] == {"step_s": [42.0, 42.0], "mean": 42.0, "spread": 0.0}
-    assert "turns: 2 runs, steps 42.0, 42.0 s" in rep.stdout
+    assert summary["repeats"]["turns"] == {"step_s": [56.0, 56.0], "mean": 56.0, "spread": 0.0}
+    assert "turns: 2 runs, steps 56.0, 56.0 s" in rep.stdout
+    # Pooled over both turn-by-turn runs: 13 s a step against 10 + 1 s of generation and training.
+    pooled = summary["pooled"]["async-defer-kv"]
+    assert pooled["runs"] == 1 and pooled["turns_runs"] == 2
+    assert abs(pooled["per_token_steady"] - 2 / 11) < 1e-12 and abs(pooled["per_token_filled"] - 2 / 11) < 1e-12
+    assert abs(summary["arms"]["async-defer-kv"]["overhead_vs_turns_per_token_filled"] - 2 / 11) < 1e-12
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr
