@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "eval/executor.h"
 #include "serve/client.h"
 
 namespace mc::serve {
@@ -75,7 +76,10 @@ class InProcessVerifier : public Verifier {
   std::string describe() const override {
     std::string gpus;
     for (int g : opts_.gpus) gpus += (gpus.empty() ? "" : ",") + std::to_string(g);
-    return fmt::format("in-process MooreEval ({} judges on {} {})", opts_.gpus.size(), opts_.device, gpus);
+    // Lanes (judges) per GPU: "1 judges on cuda 0" once read as one judge where there were four.
+    const int lanes = eval::default_lanes(opts_.device, opts_.lanes);
+    return fmt::format("in-process MooreEval ({} judge(s): {} on each of {} {})", lanes * static_cast<int>(opts_.gpus.size()),
+                       lanes, opts_.device, gpus);
   }
   std::string config_hash() const override { return config_hash_; }
 
