@@ -23,11 +23,11 @@ two measures per arm, over all steps and over steps 2 and on:
   over the latter. Pipelined, the engine decodes while verdicts are awaited, so its own
   generate_s grows (session 34 on the H100: 11 -> 20 s a step) and only this measure compares
   like with like. Issue 15's target is <= 0.25.
-A fourth, "filled" (steps 3 to N-1), leaves out step 2 too, the first with the pipeline full;
-and "pooled" sums every run of an arm (NAME@K repeats) against every turn-by-turn run.
 A third span, "steady" (steps 2 to N-1, with N >= 3), is what a long run sees: under --async the
 first step also makes the second's first turn, and the last makes none, so only the middle steps
-hold one step's work each with the pipeline full. Per token (the steady span's step time per
+hold one step's work each with the pipeline full. A fourth, "filled" (steps 3 to N-1), leaves
+out step 2 too, the first with the pipeline full; and "pooled" sums every run of an arm (NAME@K
+repeats) against every turn-by-turn run. Per token (the steady span's step time per
 answer token, against turn by turn's generation and training per answer token): the arms'
 rollouts part after step 1, and one with more failed answers has more turns to make.
 Each arm also records its host ("host" in SUMMARY.json): GPU processes not its own seen while
@@ -290,20 +290,24 @@ def main():
             # session 44, 1.2-4.4 s in their later steps) weighs one sixth of an 8-step window.
             s["overhead_vs_turns_per_token_filled"] = (overhead_vs_per_token(s["steps"][2:-1], base[2:-1])
                                                        if len(s["steps"]) >= 4 else None)
-    # Each arm run more than once: its steps' total time, every run's and their spread.
-    by_base = {}
+    # Every run of an arm (NAME and its NAME@K repeats), grouped.
+    runs_of = {}
     for arm, s in summary["arms"].items():
-        by_base.setdefault(base_of(arm), []).append(s["step_s"])
-    summary["repeats"] = {b: {"step_s": v, "mean": sum(v) / len(v), "spread": (max(v) - min(v)) / min(v)}
-                          for b, v in by_base.items() if len(v) > 1}
+        runs_of.setdefault(base_of(arm), []).append(s)
+    # Each arm run more than once: its steps' total time, every run's and their spread.
+    summary["repeats"] = {}
+    for b, runs in runs_of.items():
+        v = [s["step_s"] for s in runs]
+        if len(v) > 1:
+            summary["repeats"][b] = {"step_s": v, "mean": sum(v) / len(v), "spread": (max(v) - min(v)) / min(v)}
     # Every run of an arm against every turn-by-turn run, pooled (steps, tokens and times summed
     # over the runs), per token: one run of each was within the spread of a repeat (session 44).
-    turns_runs = [s["steps"] for arm, s in summary["arms"].items() if base_of(arm) == "turns"]
+    def pool(runs, lo):  # the steps lo to N-1 of every run
+        return [r for s in runs for r in s["steps"][lo:-1]]
+    turns_runs = runs_of.get("turns", [])
     summary["pooled"] = {}
-    if turns_runs and len(turns_runs[0]) >= 4:
-        for b in by_base:
-            runs = [s["steps"] for arm, s in summary["arms"].items() if base_of(arm) == b]
-            pool = lambda lists, lo: [r for x in lists for r in x[lo:-1]]  # noqa: E731
+    if turns_runs and len(turns_runs[0]["steps"]) >= 4:
+        for b, runs in runs_of.items():
             summary["pooled"][b] = {"runs": len(runs), "turns_runs": len(turns_runs),
                                     "per_token_steady": overhead_vs_per_token(pool(runs, 1), pool(turns_runs, 1)),
                                     "per_token_filled": overhead_vs_per_token(pool(runs, 2), pool(turns_runs, 2))}

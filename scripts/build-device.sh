@@ -12,9 +12,18 @@ bash scripts/setup.sh
 # A source saved while the build compiles it (after the compiler read it, before the object was
 # written) leaves an object newer than the file but made from its old text, which ninja never
 # rebuilds (session 44 carried a trainer without that session's --reuse-kv wiring so). Sources
-# newer than the build's start fail it, below.
+# newer than the build's start fail it (fresh).
 stamp=$(mktemp)
 trap 'rm -f "$stamp"' EXIT
+fresh() {
+  local changed
+  changed=$(find src include tests/unit CMakeLists.txt -newer "$stamp" -type f 2>/dev/null | head -5)
+  [ -z "$changed" ] && return 0
+  echo "build-device: sources changed while building (e.g. $(echo $changed)): their objects may be stale;" \
+       "touch them and run it again" >&2
+  rm -rf build-device-dist
+  exit 1
+}
 cmake -S . -B build-device -G Ninja -DCMAKE_BUILD_TYPE=Release -DMUSACODER_TESTS=OFF \
   -DMUSACODER_PORTABLE=ON -DCMAKE_BUILD_RPATH='$ORIGIN/lib' >/dev/null
 cmake --build build-device --target musacoder
@@ -45,18 +54,9 @@ if ! ls .kb/whl/nvidia_cutlass-4.2.0*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps nvidia-cutlass==4.2.0 -d .kb/whl \
     || echo "build-device: could not download nvidia-cutlass 4.2.0 into .kb/whl (the corpus will skip CUTLASS/CuTe)"
 fi
+fresh
 # What travels to the GPU machine (the device tool carries at most 64 MiB): the binary and the
 # bundled libraries, without the build tree.
-fresh() {
-  local changed
-  changed=$(find src include tests/unit CMakeLists.txt -newer "$stamp" -type f 2>/dev/null | head -5)
-  [ -z "$changed" ] && return 0
-  echo "build-device: sources changed while building (e.g. $(echo $changed)): their objects may be stale;" \
-       "touch them and run it again" >&2
-  rm -rf build-device-dist
-  exit 1
-}
-fresh
 rm -rf build-device-dist && mkdir -p build-device-dist
 cp -r build-device/musacoder build-device/musacoder-model build-device/lib build-device/redis build-device-dist/
 # DEVICE_TESTS=1: the model library's C++ tests too (mc_model_tests), for the tests that run on

@@ -152,6 +152,9 @@ struct GenerationEngine::Impl {
     free_slots.insert(it->second.slot);
     kept.erase(it);
   }
+  void release_all() {
+    while (!kept.empty()) release(kept.begin()->first);
+  }
 
   // Gives up the oldest kept entry, preferring one no waiting request continues; false: none kept.
   bool evict_kept() {
@@ -537,7 +540,7 @@ struct GenerationEngine::Impl {
         }
       }
     num_running = 0;
-    while (!kept.empty()) release(kept.begin()->first);
+    release_all();
   }
 };
 
@@ -655,7 +658,7 @@ void GenerationEngine::release(int64_t kept) {
 
 void GenerationEngine::release_kept() {
   MC_CHECK(!impl_->worker.joinable(), "release_kept() while the engine's server thread runs");
-  while (!impl_->kept.empty()) impl_->release(impl_->kept.begin()->first);
+  impl_->release_all();
 }
 
 int64_t GenerationEngine::kept_entries() const { return static_cast<int64_t>(impl_->kept.size()); }

@@ -259,30 +259,29 @@ at::Tensor QwenModel::mlp(const Layer& l, const at::Tensor& x) const {
   return at::linear(at::silu(parts[0]) * parts[1], l.down_w);
 }
 
-at::Tensor QwenModel::run_layers(at::Tensor h, const at::Tensor& positions, KvCache* cache, const at::Tensor* rows,
-                                 const at::Tensor* slots) const {
+at::Tensor QwenModel::run_layers(at::Tensor h, const at::Tensor& positions, const Attend& attend) const {
   // positions [B, T] -> cos/sin [B, T, 1, D] in the model dtype, as transformers casts them.
   auto cos = rope_cos_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
   auto sin = rope_sin_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
-  int64_t T = h.size(1);
+  const int64_t T = h.size(1);
   for (size_t i = 0; i < layers_.size(); ++i) {
     const Layer& l = layers_[i];
     auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);
-    q = q.transpose(1, 2);  // [B, heads, T, D]
-    k = k.transpose(1, 2);
-    v = v.transpose(1, 2);
-    if (cache) {
-      cache->k[i].narrow(2, 0, T).index_copy_(0, *slots, k.index_select(0, *rows));
-      cache->v[i].narrow(2, 0, T).index_copy_(0, *slots, v.index_select(0, *rows));
-    }
-    auto o = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0,
-                                              /*is_causal=*/true, /*scale=*/std::nullopt,
-                                              /*enable_gqa=*/cfg_.num_heads != cfg_.num_kv_heads);
-    o = o.transpose(1, 2).reshape({h.size(0), T, cfg_.q_size()});
-    h = h + l.out_proj(o);
+    auto o = attend(i, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, heads, T, D]
+    h = h + l.out_proj(o.transpose(1, 2).reshape({h.size(0), T, cfg_.q_size()}));
     h = h + mlp(l, rms_norm(h, l.post_norm));
   }
   return rms_norm(h, final_norm_);
+}
+
+at::Tensor QwenModel::causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const {
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/std::nullopt, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != cfg_.num_kv_heads);
+}
+
+at::Tensor QwenModel::last_logits(const at::Tensor& h, const at::Tensor& lengths) const {
+  auto last = (lengths.to(device(), at::kLong) - 1).view({-1, 1, 1}).expand({h.size(0), 1, h.size(2)});
+  return lm_head(h.gather(1, last).squeeze(1));
 }
 
 at::Tensor QwenModel::hidden_states(const at::Tensor& ids) const {
@@ -291,7 +290,10 @@ at::Tensor QwenModel::hidden_states(const at::Tensor& ids) const {
            " tokens exceeds max_position_embeddings (", cfg_.max_position_embeddings, ")");
   auto ids_d = ids.to(device(), at::kLong);
   auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
-  return run_layers(at::embedding(embed_, ids_d), positions, nullptr, nullptr, nullptr);
+  return run_layers(at::embedding(embed_, ids_d), positions,
+                    [this](size_t, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                      return causal_attention(q, k, v);
+                    });
 }
 
 at::Tensor QwenModel::packed_layer(const Layer& l, const at::Tensor& h, const at::Tensor& cos, const at::Tensor& sin,
@@ -398,9 +400,14 @@ at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, 
   auto ids_d = ids.to(device(), at::kLong);
   auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
   auto rows_d = rows.to(device(), at::kLong), slots_d = slots.to(device(), at::kLong);
-  auto h = run_layers(at::embedding(embed_, ids_d), positions, &cache, &rows_d, &slots_d);
-  auto last = (lengths.to(device(), at::kLong) - 1).view({-1, 1, 1}).expand({h.size(0), 1, h.size(2)});
-  return lm_head(h.gather(1, last).squeeze(1));
+  const int64_t T = ids.size(1);
+  auto h = run_layers(at::embedding(embed_, ids_d), positions,
+                      [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                        cache.k[i].narrow(2, 0, T).index_copy_(0, slots_d, k.index_select(0, rows_d));
+                        cache.v[i].narrow(2, 0, T).index_copy_(0, slots_d, v.index_select(0, rows_d));
+                        return causal_attention(q, k, v);
+                      });
+  return last_logits(h, lengths);
 }
 
 at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
@@ -430,28 +437,19 @@ at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& star
   auto starts_d = st.to(device()), slots_d = sl.to(device());
   // Padding positions are clamped into the table; their results are never read.
   auto positions = (starts_d.unsqueeze(1) + at::arange(T, dev).unsqueeze(0)).clamp_max(L - 1);
-  auto h = at::embedding(embed_, ids.to(device(), at::kLong));
-  auto cos = rope_cos_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
-  auto sin = rope_sin_.index({positions}).to(h.scalar_type()).unsqueeze(-2);
   // Query t of row b sees cache positions <= starts[b] + t.
   auto mask = (at::arange(span, dev).view({1, 1, span}) <= positions.unsqueeze(-1)).unsqueeze(1);  // [B, 1, T, span]
-  for (size_t i = 0; i < layers_.size(); ++i) {
-    const Layer& l = layers_[i];
-    auto [q, k, v] = qkv(l, rms_norm(h, l.input_norm), cos, sin);
-    q = q.transpose(1, 2);  // [B, heads, T, D]
-    cache.k[i].view({-1, D}).index_copy_(0, dst_d, k.transpose(1, 2).reshape({-1, D}).index_select(0, src_d));
-    cache.v[i].view({-1, D}).index_copy_(0, dst_d, v.transpose(1, 2).reshape({-1, D}).index_select(0, src_d));
-    auto kc = cache.k[i].index_select(0, slots_d).narrow(2, 0, span);  // [B, Hkv, span, D]
-    auto vc = cache.v[i].index_select(0, slots_d).narrow(2, 0, span);
-    auto o = at::scaled_dot_product_attention(q, kc, vc, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                              /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != Hkv);
-    o = o.transpose(1, 2).reshape({B, T, cfg_.q_size()});
-    h = h + l.out_proj(o);
-    h = h + mlp(l, rms_norm(h, l.post_norm));
-  }
-  h = rms_norm(h, final_norm_);
-  auto last = (len.to(device()) - 1).view({-1, 1, 1}).expand({B, 1, h.size(2)});
-  return lm_head(h.gather(1, last).squeeze(1));
+  auto h = run_layers(at::embedding(embed_, ids.to(device(), at::kLong)), positions,
+                      [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+                        cache.k[i].view({-1, D}).index_copy_(0, dst_d, k.reshape({-1, D}).index_select(0, src_d));
+                        cache.v[i].view({-1, D}).index_copy_(0, dst_d, v.reshape({-1, D}).index_select(0, src_d));
+                        auto kc = cache.k[i].index_select(0, slots_d).narrow(2, 0, span);  // [B, Hkv, span, D]
+                        auto vc = cache.v[i].index_select(0, slots_d).narrow(2, 0, span);
+                        return at::scaled_dot_product_attention(q, kc, vc, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                                /*scale=*/std::nullopt,
+                                                                /*enable_gqa=*/cfg_.num_heads != Hkv);
+                      });
+  return last_logits(h, len);
 }
 
 void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,

@@ -123,9 +123,15 @@ class QwenModel {
   // named_parameters() over the tensors get(leaf) returns: the leaves or their gradients.
   template <typename Get>
   std::vector<std::pair<std::string, at::Tensor>> named(Get get) const;
-  // Runs every layer over h [B, T, hidden]; writes K/V into the cache when given.
-  at::Tensor run_layers(at::Tensor h, const at::Tensor& positions, KvCache* cache, const at::Tensor* rows,
-                        const at::Tensor* slots) const;
+  // Layer i's attention: q [B, heads, T, D], k and v [B, kv_heads, T, D] (norms and RoPE
+  // applied) -> [B, heads, T, D]. Where the K/V go and what each query sees is the caller's.
+  using Attend = std::function<at::Tensor(size_t layer, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v)>;
+  // Runs every layer over h [B, T, hidden] at positions [B, T]; the final norm applied.
+  at::Tensor run_layers(at::Tensor h, const at::Tensor& positions, const Attend& attend) const;
+  // Causal self-attention over the T tokens alone (GQA native).
+  at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
+  // The logits of each row's last real token: h [B, T, hidden], lengths [B].
+  at::Tensor last_logits(const at::Tensor& h, const at::Tensor& lengths) const;
 
   QwenConfig cfg_;
   at::Tensor embed_, final_norm_, lm_head_w_;  // lm_head_w_ is embed_ when tied
