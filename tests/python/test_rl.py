@@ -554,7 +554,8 @@ def test_reuse_kv(setup):
     by verdict) as without it, turn by turn against test_rl_steps_reach_every_branch's run and
     pipelined with --async against test_pipelined_turns's; and the engine's counts show the
     reuse: turn by turn every second answer continued its first, with --async only those asked
-    for before the next update (a kept cache holds the weights it was made with)."""
+    for before the next update (a kept cache holds the weights it was made with). The --async
+    run killed after step 2 and resumed equals it uninterrupted."""
     base = setup[0]
     for args, ref_name, extra in ((("--max-steps", "3", "--save-every", "1", "--grad-clip", "0"), "run", ()),
                                   (("--max-steps", "3", "--save-every", "1", "--async"), "async-pipelined",
@@ -576,6 +577,13 @@ def test_reuse_kv(setup):
                 assert r["gen_continued"] == second and r["gen_reused_tokens"] > 0, r
         else:
             assert sum(r["gen_continued"] for r in rows) > 0 and sum(r["gen_reused_tokens"] for r in rows) > 0
+    # Killed after step 2 and resumed from step 1's checkpoint: kept caches are not saved (the
+    # resumed process prefills its first later turns whole), and the run is the same.
+    killed = base / "async-pipelined-kv-killed"
+    kill_after_step_2(setup, killed, *args, *extra, "--reuse-kv")
+    resume_from_step_1(setup, killed, *args, *extra, "--reuse-kv")
+    assert_same_run(out, killed)
+    assert_same_trajectories(out, killed, later_text=False)
 
 
 def test_repairs_ahead(setup):
