@@ -194,6 +194,12 @@ def main():
     ap.add_argument("--resume", action="store_true",
                     help="keep the arms OUT/SUMMARY.json already holds from the same model, problems, steps and "
                          "options (SUMMARY.json is written after every arm), run the rest")
+    ap.add_argument("--stop-by", type=float, default=None,
+                    help="a Unix time: an arm that would not finish by then (its length taken as the longest "
+                         "arm so far, else --arm-estimate) is not started; --resume runs it later (a killed "
+                         "arm's time is lost)")
+    ap.add_argument("--arm-estimate", type=float, default=240.0,
+                    help="seconds an arm is taken to need before one has run (default 240)")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then more `train rl` options for both runs")
     a = ap.parse_args()
     extra = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
@@ -233,6 +239,12 @@ def main():
     for arm in a.arms.split(","):
         if arm in summary["arms"]:
             continue
+        if a.stop_by is not None:
+            need = max([s["wall_s"] for s in summary["arms"].values()] or [a.arm_estimate])
+            if time.time() + need > a.stop_by:
+                print(f"{arm}: not started, {need:.0f} s would end {time.time() + need - a.stop_by:.0f} s past "
+                      f"--stop-by (--resume runs it later)", flush=True)
+                break
         waited, left = wait_gpu_released(before)
         if waited >= 1 or left:
             print(f"{arm}: waited {waited:.1f} s for earlier GPU processes to exit"

@@ -316,11 +316,13 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       else
         # PIPE_RESUME=1: a later call on the same machine goes on with the arms an earlier call
         # did not finish (an arm takes ~3 min of a call's 10; bench/rl_pipeline.py --resume).
+        # PIPE_STOP_BY (a Unix time, e.g. $(( $(date +%s) + 585 - SECONDS ))): an arm that would not
+        # finish by then is left for the next call instead of being killed half run.
         [ -z "${PIPE_RESUME:-}" ] && rm -rf /tmp/rl-pipeline
         # shellcheck disable=SC2086
         env ${PIPE_GPUS:+CUDA_VISIBLE_DEVICES=$PIPE_GPUS} python3 bench/rl_pipeline.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --model "$m" \
           --problems "${PIPE_PROBLEMS:-$R/synth-rl/problems.jsonl}" --out /tmp/rl-pipeline --steps "${PIPE_STEPS:-3}" ${PIPE_ARMS:+--arms "$PIPE_ARMS"} \
-          ${PIPE_RESUME:+--resume} -- \
+          ${PIPE_RESUME:+--resume} ${PIPE_STOP_BY:+--stop-by "$PIPE_STOP_BY"} -- \
           ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
           --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
           --timing-budget 0.1 --lr 1e-6 --seed 1} 2>&1 | tee "$OUT/rl-pipeline.log" || rc=1

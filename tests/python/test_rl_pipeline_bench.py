@@ -116,5 +116,18 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     assert pooled["runs"] == 1 and pooled["turns_runs"] == 2
     assert abs(pooled["per_token_steady"] - 2 / 11) < 1e-12 and abs(pooled["per_token_filled"] - 2 / 11) < 1e-12
     assert abs(summary["arms"]["async-defer-kv"]["overhead_vs_turns_per_token_filled"] - 2 / 11) < 1e-12
+    # --stop-by: an arm that would not finish by then (as long as the longest arm so far) is not
+    # started, and a later --resume runs it.
+    ran.write_text("")
+    again[again.index("--arms") + 1] = "turns,async-defer-kv,turns@2,async-defer-kv@2"
+    longest = max(s["wall_s"] for s in summary["arms"].values())
+    late = subprocess.run(again[:-3] + ["--stop-by", str(time.time() + longest / 2), "--", "--level", "1"],
+                          capture_output=True, text=True)
+    assert late.returncode == 0, late.stderr
+    assert ran.read_text() == "" and "async-defer-kv@2: not started" in late.stdout
+    assert "async-defer-kv@2" not in json.loads((out / "SUMMARY.json").read_text())["arms"]
+    soon = subprocess.run(again[:-3] + ["--stop-by", str(time.time() + 600), "--", "--level", "1"],
+                          capture_output=True, text=True)
+    assert soon.returncode == 0 and ran.read_text() == "async-defer-kv@2\n", soon.stderr
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr
