@@ -282,6 +282,19 @@ struct GenerationEngine::Impl {
     }
     std::vector<Seq*> seqs;
     std::vector<at::Tensor> logits;
+    // Prefill's GPU time: from just before its first model call (the host's preparation of the
+    // ids is not in it) to its last call's end.
+#ifdef MUSACODER_CUDA
+    std::optional<at::cuda::CUDAEvent> e0, e1;
+#endif
+    auto gpu_begin = [&] {
+#ifdef MUSACODER_CUDA
+      if (stream && !e0) {
+        e0.emplace(cudaEventDefault), e1.emplace(cudaEventDefault);
+        e0->record();
+      }
+#endif
+    };
     auto start_seq = [&](const std::shared_ptr<Pending>& p, int j, int64_t slot) {
       auto s = std::make_unique<Seq>();
       s->owner = p;
@@ -312,8 +325,10 @@ struct GenerationEngine::Impl {
           start_seq(p, j, slot);
         }
       }
+      gpu_begin();
       auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
       ++stats.prefill_calls;
+      stats.prefill_padded_tokens += b * L;
       logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
     }
     if (!conts.empty()) {
@@ -342,13 +357,21 @@ struct GenerationEngine::Impl {
         stats.reused_tokens += start[r];
         start_seq(conts[r].first, 0, conts[r].second.slot);
       }
+      gpu_begin();
       logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache));
       ++stats.prefill_calls;
+      stats.prefill_padded_tokens += b * T;
       stats.continued += b;
     }
+#ifdef MUSACODER_CUDA
+    if (e0) e1->record();
+#endif
     auto picked = logits.size() == 1 ? logits[0] : at::cat(logits, 0);
     auto out = sample(picked, sampler_batch(seqs));
     auto toks = out.tokens.cpu(), lps = out.logprobs.cpu();
+#ifdef MUSACODER_CUDA
+    if (e0) stats.prefill_gpu_ms += e0->elapsed_time(*e1);  // the .cpu() above has synchronized
+#endif
     stats.prefill_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     for (size_t i = 0; i < seqs.size(); ++i) accept(*seqs[i], toks.data_ptr<int64_t>()[i], lps.data_ptr<float>()[i]);
     return true;
@@ -564,6 +587,8 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;
   d.prefill_wall_ms = b.prefill_wall_ms - a.prefill_wall_ms;
+  d.prefill_gpu_ms = b.prefill_gpu_ms - a.prefill_gpu_ms;
+  d.prefill_padded_tokens = b.prefill_padded_tokens - a.prefill_padded_tokens;
   return d;
 }
 

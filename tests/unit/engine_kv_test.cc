@@ -123,6 +123,14 @@ TEST_P(EngineKv, ContinuationsPrefilledTogetherBesideAFreshPrompt) {
   auto d = mc::gen::stats_between(before, kv.stats());
   EXPECT_EQ(d.continued, 3);
   EXPECT_EQ(d.prefill_calls, 2);  // the continuations in one call, the fresh prompt in another
+  // Each continuation prefills its answer's last token (never fed back) and its user turn:
+  // 3, 6 and 9 tokens, padded to 9 in their call; the fresh prompt its 4 in the other.
+  EXPECT_EQ(d.prompt_tokens - d.reused_tokens, 3 + 6 + 9 + 4);
+  EXPECT_EQ(d.prefill_padded_tokens, 3 * 9 + 4);
+  if (device().is_cuda())
+    EXPECT_GT(d.prefill_gpu_ms, 0.0);
+  else
+    EXPECT_EQ(d.prefill_gpu_ms, 0.0);
   auto want = plain.generate(fresh);
   for (size_t i = 0; i < got.size(); ++i) expect_same(got[i][0], want[i][0], "request " + std::to_string(i));
 }
