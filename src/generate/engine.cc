@@ -328,7 +328,7 @@ struct GenerationEngine::Impl {
       gpu_begin();
       auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
       ++stats.prefill_calls;
-      stats.prefill_padded_tokens += b * L;
+      for (auto& p : fresh) stats.prefill_padded_tokens += p->req.prompt.size();  // packed: no padding
       logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
     }
     if (!conts.empty()) {

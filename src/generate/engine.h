@@ -115,8 +115,8 @@ struct EngineStats {
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
   double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
   // Prefill's model calls on the GPU (CUDA events; CUDA only), and the token positions they
-  // computed: each call pads its rows to the longest, so against prompt_tokens - reused_tokens
-  // this is the padding's share. Together they say whether prefill computes too much (padding)
+  // computed: fresh prompts are packed (no padding), continued ones (prefill_from) padded to
+  // their call's longest, so against prompt_tokens - reused_tokens this is the padding's share. Together they say whether prefill computes too much (padding)
   // or waits (GPU shared with other processes, e.g. MooreEval's judges).
   double prefill_gpu_ms = 0;
   int64_t prefill_padded_tokens = 0;

@@ -396,18 +396,65 @@ KvCache QwenModel::make_cache(int64_t slots, int64_t max_len) const {
 
 at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
                               const at::Tensor& slots, KvCache& cache) const {
+  MC_CHECK(ids.dim() == 2 && lengths.numel() == ids.size(0) && rows.numel() == slots.numel(),
+           "prefill: ids [b, L], b lengths and as many rows as slots, got ids ", shape_str(ids.sizes()), ", ",
+           lengths.numel(), " lengths, ", rows.numel(), " rows, ", slots.numel(), " slots");
   MC_CHECK(ids.size(1) <= cache.max_len, "prompt of ", ids.size(1), " tokens does not fit the KV cache (", cache.max_len, ")");
-  auto ids_d = ids.to(device(), at::kLong);
-  auto positions = at::arange(ids.size(1), ids_d.options()).unsqueeze(0).expand({ids.size(0), ids.size(1)});
-  auto rows_d = rows.to(device(), at::kLong), slots_d = slots.to(device(), at::kLong);
-  const int64_t T = ids.size(1);
-  auto h = run_layers(at::embedding(embed_, ids_d), positions,
+  // The rows' real tokens packed end to end [N] (a call mixes a first turn's short prompt with a
+  // long conversation: padding every row to the longest computed up to b times the tokens).
+  const int64_t B = ids.size(0), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
+  auto ids_h = ids.to(at::kCPU, at::kLong).contiguous();
+  auto len = lengths.to(at::kCPU, at::kLong).contiguous();
+  auto rw = rows.to(at::kCPU, at::kLong).contiguous(), sl = slots.to(at::kCPU, at::kLong).contiguous();
+  const int64_t *lp = len.data_ptr<int64_t>(), *rp = rw.data_ptr<int64_t>(), *sp = sl.data_ptr<int64_t>();
+  std::vector<int64_t> cu(B + 1, 0);
+  std::vector<at::Tensor> flat, pos;
+  for (int64_t b = 0; b < B; ++b) {
+    MC_CHECK(lp[b] >= 1 && lp[b] <= ids.size(1), "prefill: row ", b, " has ", lp[b], " tokens, not 1..", ids.size(1));
+    cu[b + 1] = cu[b] + lp[b];
+    flat.push_back(ids_h[b].narrow(0, 0, lp[b]));
+    pos.push_back(at::arange(lp[b], at::kLong));
+  }
+  const int64_t N = cu[B], longest = *std::max_element(lp, lp + B);
+  // Where each written (sample, kv head, token) goes in the flattened cache [slots * Hkv * L, D],
+  // and which row of the flattened new K/V [Hkv * N, D] it comes from.
+  std::vector<int64_t> dst, src;
+  for (int64_t j = 0; j < rw.numel(); ++j) {
+    MC_CHECK(rp[j] >= 0 && rp[j] < B && sp[j] >= 0 && sp[j] < cache.slots, "prefill: row ", rp[j], " to slot ", sp[j],
+             " is out of range (", B, " rows, ", cache.slots, " slots)");
+    for (int64_t h = 0; h < Hkv; ++h)
+      for (int64_t t = 0; t < lp[rp[j]]; ++t) {
+        dst.push_back((sp[j] * Hkv + h) * L + t);
+        src.push_back(h * N + cu[rp[j]] + t);
+      }
+  }
+  auto dst_d = at::tensor(dst).to(device()), src_d = at::tensor(src).to(device());
+  auto ids_d = at::cat(flat).to(device()), pos_d = at::cat(pos).to(device());
+  const bool flash = embed_.is_cuda() && (embed_.scalar_type() == at::kBFloat16 || embed_.scalar_type() == at::kHalf);
+  auto cu_d = at::tensor(cu).to(device(), at::kInt);
+  auto h = run_layers(at::embedding(embed_, ids_d).unsqueeze(0), pos_d.unsqueeze(0),
                       [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                        cache.k[i].narrow(2, 0, T).index_copy_(0, slots_d, k.index_select(0, rows_d));
-                        cache.v[i].narrow(2, 0, T).index_copy_(0, slots_d, v.index_select(0, rows_d));
-                        return causal_attention(q, k, v);
+                        // q [1, heads, N, D], k and v [1, kv_heads, N, D]
+                        cache.k[i].view({-1, D}).index_copy_(0, dst_d, k[0].reshape({-1, D}).index_select(0, src_d));
+                        cache.v[i].view({-1, D}).index_copy_(0, dst_d, v[0].reshape({-1, D}).index_select(0, src_d));
+                        if (flash) {
+                          // Variable-length flash attention over the cu ranges, GQA native.
+                          auto o = std::get<0>(at::_flash_attention_forward(
+                              q[0].transpose(0, 1).contiguous(), k[0].transpose(0, 1).contiguous(),
+                              v[0].transpose(0, 1).contiguous(), cu_d, cu_d, longest, longest, 0.0,
+                              /*is_causal=*/true, /*return_debug_mask=*/false));  // [N, heads, D]
+                          return o.transpose(0, 1).unsqueeze(0);
+                        }
+                        // Elsewhere (CPU, fp32) each sequence attends causally to itself alone.
+                        std::vector<at::Tensor> o;
+                        for (int64_t b = 0; b < B; ++b)
+                          o.push_back(causal_attention(q.narrow(2, cu[b], lp[b]), k.narrow(2, cu[b], lp[b]),
+                                                       v.narrow(2, cu[b], lp[b])));
+                        return at::cat(o, 2);
                       });
-  return last_logits(h, lengths);
+  std::vector<int64_t> last(B);
+  for (int64_t b = 0; b < B; ++b) last[b] = cu[b + 1] - 1;
+  return lm_head(h[0].index_select(0, at::tensor(last).to(device())));
 }
 
 at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,

@@ -69,7 +69,9 @@ class QwenModel {
   KvCache make_cache(int64_t slots, int64_t max_len) const;
   // Prompts ids [b, L] right-padded, lengths [b]; K/V of row rows[i] are written to cache slot
   // slots[i] (a prompt sampled n times is computed once and written to n slots). Returns the
-  // logits of each row's last prompt token [b, vocab].
+  // logits of each row's last prompt token [b, vocab]. The rows' real tokens are computed
+  // packed, without the padding: variable-length flash attention on CUDA in bf16/fp16, each
+  // sequence's causal attention on its own otherwise.
   at::Tensor prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
                      const at::Tensor& slots, KvCache& cache) const;
   // Prompts that continue what a cache slot already holds (a conversation's next turn): row i's

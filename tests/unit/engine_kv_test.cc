@@ -175,6 +175,44 @@ TEST_P(EngineKv, KeptEntriesGiveWayAndStaleIdsPrefillEverything) {
   EXPECT_THROW(kv.validate(bad), mc::Error);
 }
 
+// Prefill packs its rows' real tokens end to end (no padding): on CUDA in bf16 through
+// variable-length flash attention, elsewhere each sequence's attention alone. Each row's logits
+// and the K/V written to each of its slots equal those of the prompt prefilled by itself, and
+// its logits those of a plain forward pass.
+TEST_P(EngineKv, PackedPrefillEqualsEachPromptAlone) {
+  const bool cuda = device().is_cuda();
+  auto c = tiny(device()).config();
+  auto model = mc::model::QwenModel::random(c, device(), cuda ? at::kBFloat16 : at::kFloat, 7, 0.25);
+  const double tol = cuda ? 3e-2 : 1e-4;  // relative to the largest magnitude compared
+  auto close = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    auto g = got.to(at::kCPU, at::kFloat), w = want.to(at::kCPU, at::kFloat);
+    const double err = (g - w).abs().max().item<double>(), scale = w.abs().max().item<double>() + 1e-6;
+    EXPECT_LE(err, tol * scale) << what << ": max |diff| " << err << " of " << scale;
+  };
+  const std::vector<int64_t> lens{5, 17, 40, 1};
+  const int64_t B = lens.size(), T = 40;
+  auto ids = at::zeros({B, T}, at::kLong);
+  for (int64_t b = 0; b < B; ++b) ids[b].narrow(0, 0, lens[b]).copy_(at::randint(3, 90, {lens[b]}, at::kLong));
+  // Row 1 is sampled twice (two slots); slots out of order.
+  const std::vector<int64_t> rows{0, 1, 1, 2, 3}, slots{3, 0, 5, 1, 7};
+  auto cache = model.make_cache(8, 64);
+  auto logits = model.prefill(ids, at::tensor(lens), at::tensor(rows), at::tensor(slots), cache);
+  ASSERT_EQ(logits.size(0), B);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const int64_t b = rows[j], n = lens[b];
+    auto one = model.make_cache(8, 64);
+    auto alone = model.prefill(ids[b].narrow(0, 0, n).unsqueeze(0), at::tensor(std::vector<int64_t>{n}),
+                               at::tensor(std::vector<int64_t>{0}), at::tensor(std::vector<int64_t>{2}), one);
+    const auto what = "row " + std::to_string(b) + " in slot " + std::to_string(slots[j]);
+    close(logits[b], alone[0], what + ", logits against the prompt alone");
+    close(logits[b], model.forward(ids[b].narrow(0, 0, n).unsqueeze(0))[0][n - 1], what + ", logits against forward");
+    for (size_t l = 0; l < cache.k.size(); ++l) {
+      close(cache.k[l][slots[j]].narrow(1, 0, n), one.k[l][2].narrow(1, 0, n), what + ", K of layer " + std::to_string(l));
+      close(cache.v[l][slots[j]].narrow(1, 0, n), one.v[l][2].narrow(1, 0, n), what + ", V of layer " + std::to_string(l));
+    }
+  }
+}
+
 std::vector<std::string> devices() {
   std::vector<std::string> d{"cpu"};
   if (at::hasCUDA()) d.push_back("cuda");
