@@ -360,7 +360,7 @@ struct GenerationEngine::Impl {
       gpu_begin();
       logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache));
       ++stats.prefill_calls;
-      stats.prefill_padded_tokens += b * T;
+      for (int64_t r = 0; r < b; ++r) stats.prefill_padded_tokens += len_acc[r];  // packed: no padding
       stats.continued += b;
     }
 #ifdef MUSACODER_CUDA

@@ -279,11 +279,6 @@ at::Tensor QwenModel::causal_attention(const at::Tensor& q, const at::Tensor& k,
                                           /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != cfg_.num_kv_heads);
 }
 
-at::Tensor QwenModel::last_logits(const at::Tensor& h, const at::Tensor& lengths) const {
-  auto last = (lengths.to(device(), at::kLong) - 1).view({-1, 1, 1}).expand({h.size(0), 1, h.size(2)});
-  return lm_head(h.gather(1, last).squeeze(1));
-}
-
 at::Tensor QwenModel::hidden_states(const at::Tensor& ids) const {
   MC_CHECK(ids.dim() == 2, "token ids must be [batch, length], got ", shape_str(ids.sizes()));
   MC_CHECK(ids.size(1) <= cfg_.max_position_embeddings, "sequence of ", ids.size(1),
@@ -399,104 +394,114 @@ at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, 
   MC_CHECK(ids.dim() == 2 && lengths.numel() == ids.size(0) && rows.numel() == slots.numel(),
            "prefill: ids [b, L], b lengths and as many rows as slots, got ids ", shape_str(ids.sizes()), ", ",
            lengths.numel(), " lengths, ", rows.numel(), " rows, ", slots.numel(), " slots");
-  MC_CHECK(ids.size(1) <= cache.max_len, "prompt of ", ids.size(1), " tokens does not fit the KV cache (", cache.max_len, ")");
-  // The rows' real tokens packed end to end [N] (a call mixes a first turn's short prompt with a
-  // long conversation: padding every row to the longest computed up to b times the tokens).
-  const int64_t B = ids.size(0), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
-  auto ids_h = ids.to(at::kCPU, at::kLong).contiguous();
-  auto len = lengths.to(at::kCPU, at::kLong).contiguous();
   auto rw = rows.to(at::kCPU, at::kLong).contiguous(), sl = slots.to(at::kCPU, at::kLong).contiguous();
-  const int64_t *lp = len.data_ptr<int64_t>(), *rp = rw.data_ptr<int64_t>(), *sp = sl.data_ptr<int64_t>();
-  std::vector<int64_t> cu(B + 1, 0);
-  std::vector<at::Tensor> flat, pos;
-  for (int64_t b = 0; b < B; ++b) {
-    MC_CHECK(lp[b] >= 1 && lp[b] <= ids.size(1), "prefill: row ", b, " has ", lp[b], " tokens, not 1..", ids.size(1));
-    cu[b + 1] = cu[b] + lp[b];
-    flat.push_back(ids_h[b].narrow(0, 0, lp[b]));
-    pos.push_back(at::arange(lp[b], at::kLong));
-  }
-  const int64_t N = cu[B], longest = *std::max_element(lp, lp + B);
-  // Where each written (sample, kv head, token) goes in the flattened cache [slots * Hkv * L, D],
-  // and which row of the flattened new K/V [Hkv * N, D] it comes from.
-  std::vector<int64_t> dst, src;
+  std::vector<std::vector<int64_t>> write(ids.size(0));
   for (int64_t j = 0; j < rw.numel(); ++j) {
-    MC_CHECK(rp[j] >= 0 && rp[j] < B && sp[j] >= 0 && sp[j] < cache.slots, "prefill: row ", rp[j], " to slot ", sp[j],
-             " is out of range (", B, " rows, ", cache.slots, " slots)");
-    for (int64_t h = 0; h < Hkv; ++h)
-      for (int64_t t = 0; t < lp[rp[j]]; ++t) {
-        dst.push_back((sp[j] * Hkv + h) * L + t);
-        src.push_back(h * N + cu[rp[j]] + t);
-      }
+    const int64_t r = rw.data_ptr<int64_t>()[j];
+    MC_CHECK(r >= 0 && r < ids.size(0), "prefill: row ", r, " of ", ids.size(0));
+    write[r].push_back(sl.data_ptr<int64_t>()[j]);
   }
-  auto dst_d = at::tensor(dst).to(device()), src_d = at::tensor(src).to(device());
-  auto ids_d = at::cat(flat).to(device()), pos_d = at::cat(pos).to(device());
-  const bool flash = embed_.is_cuda() && (embed_.scalar_type() == at::kBFloat16 || embed_.scalar_type() == at::kHalf);
-  auto cu_d = at::tensor(cu).to(device(), at::kInt);
-  auto h = run_layers(at::embedding(embed_, ids_d).unsqueeze(0), pos_d.unsqueeze(0),
-                      [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                        // q [1, heads, N, D], k and v [1, kv_heads, N, D]
-                        cache.k[i].view({-1, D}).index_copy_(0, dst_d, k[0].reshape({-1, D}).index_select(0, src_d));
-                        cache.v[i].view({-1, D}).index_copy_(0, dst_d, v[0].reshape({-1, D}).index_select(0, src_d));
-                        if (flash) {
-                          // Variable-length flash attention over the cu ranges, GQA native.
-                          auto o = std::get<0>(at::_flash_attention_forward(
-                              q[0].transpose(0, 1).contiguous(), k[0].transpose(0, 1).contiguous(),
-                              v[0].transpose(0, 1).contiguous(), cu_d, cu_d, longest, longest, 0.0,
-                              /*is_causal=*/true, /*return_debug_mask=*/false));  // [N, heads, D]
-                          return o.transpose(0, 1).unsqueeze(0);
-                        }
-                        // Elsewhere (CPU, fp32) each sequence attends causally to itself alone.
-                        std::vector<at::Tensor> o;
-                        for (int64_t b = 0; b < B; ++b)
-                          o.push_back(causal_attention(q.narrow(2, cu[b], lp[b]), k.narrow(2, cu[b], lp[b]),
-                                                       v.narrow(2, cu[b], lp[b])));
-                        return at::cat(o, 2);
-                      });
-  std::vector<int64_t> last(B);
-  for (int64_t b = 0; b < B; ++b) last[b] = cu[b + 1] - 1;
-  return lm_head(h[0].index_select(0, at::tensor(last).to(device())));
+  return prefill_rows(ids, std::vector<int64_t>(ids.size(0), 0), lengths, write, cache);
 }
 
 at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
                                   const at::Tensor& slots, KvCache& cache) const {
-  const int64_t B = ids.size(0), T = ids.size(1), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
-  MC_CHECK(starts.numel() == B && lengths.numel() == B && slots.numel() == B, "prefill_from: ", B,
+  const int64_t B = ids.size(0);
+  MC_CHECK(ids.dim() == 2 && starts.numel() == B && lengths.numel() == B && slots.numel() == B, "prefill_from: ", B,
            " rows need as many starts, lengths and slots");
-  auto st = starts.to(at::kCPU, at::kLong).contiguous(), len = lengths.to(at::kCPU, at::kLong).contiguous();
-  auto sl = slots.to(at::kCPU, at::kLong).contiguous();
-  const int64_t *sp = st.data_ptr<int64_t>(), *lp = len.data_ptr<int64_t>(), *slp = sl.data_ptr<int64_t>();
-  // Where each real (row, kv head, token) goes in the flattened cache [slots * Hkv * L, D], and
-  // which row of the flattened new K/V [B * Hkv * T, D] it comes from: padding is not written.
-  std::vector<int64_t> dst, src;
-  int64_t span = 1;
+  auto st = starts.to(at::kCPU, at::kLong).contiguous(), sl = slots.to(at::kCPU, at::kLong).contiguous();
+  std::vector<int64_t> start(st.data_ptr<int64_t>(), st.data_ptr<int64_t>() + B);
+  std::vector<std::vector<int64_t>> write(B);
+  for (int64_t b = 0; b < B; ++b) write[b] = {sl.data_ptr<int64_t>()[b]};
+  return prefill_rows(ids, start, lengths, write, cache);
+}
+
+at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int64_t>& start, const at::Tensor& lengths,
+                                   const std::vector<std::vector<int64_t>>& write, KvCache& cache) const {
+  const int64_t B = ids.size(0), T = ids.size(1), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
+  auto ids_h = ids.to(at::kCPU, at::kLong).contiguous();
+  auto len = lengths.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* lp = len.data_ptr<int64_t>();
+  // The rows' real tokens packed end to end [N] (cu: where each row's begin), and the keys each
+  // row attends to: its slot's first start[b] positions and its own tokens (cuk).
+  std::vector<int64_t> cu(B + 1, 0), cuk(B + 1, 0);
+  std::vector<at::Tensor> flat, pos;
+  bool continues = false;
+  int64_t longest = 0, longest_k = 0;
   for (int64_t b = 0; b < B; ++b) {
-    MC_CHECK(lp[b] >= 1 && lp[b] <= T && sp[b] >= 0 && sp[b] + lp[b] <= L, "prefill_from: row ", b, " (start ", sp[b],
-             ", ", lp[b], " tokens) does not fit the KV cache (", L, ")");
-    span = std::max(span, sp[b] + lp[b]);
-    for (int64_t h = 0; h < Hkv; ++h)
-      for (int64_t t = 0; t < lp[b]; ++t) {
-        dst.push_back((slp[b] * Hkv + h) * L + sp[b] + t);
-        src.push_back((b * Hkv + h) * T + t);
-      }
+    MC_CHECK(lp[b] >= 1 && lp[b] <= T && start[b] >= 0 && start[b] + lp[b] <= L && !write[b].empty() &&
+                 (start[b] == 0 || write[b].size() == 1),
+             "prefill: row ", b, " (start ", start[b], ", ", lp[b], " of ", T, " tokens, ", write[b].size(),
+             " slots) does not fit the KV cache (", L, " positions)");
+    for (int64_t s : write[b]) MC_CHECK(s >= 0 && s < cache.slots, "prefill: slot ", s, " of ", cache.slots);
+    cu[b + 1] = cu[b] + lp[b];
+    cuk[b + 1] = cuk[b] + start[b] + lp[b];
+    continues |= start[b] > 0;
+    longest = std::max(longest, lp[b]);
+    longest_k = std::max(longest_k, start[b] + lp[b]);
+    flat.push_back(ids_h[b].narrow(0, 0, lp[b]));
+    pos.push_back(at::arange(start[b], start[b] + lp[b], at::kLong));
+  }
+  const int64_t N = cu[B];
+  // Where each written (slot, kv head, token) goes in the flattened cache [slots * Hkv * L, D],
+  // which row of the flattened new K/V [Hkv * N, D] it comes from, and (continuing rows) which
+  // cache rows make each row's keys, token-major [cuk[B] * Hkv].
+  std::vector<int64_t> dst, src, keys;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t slot : write[b])
+      for (int64_t h = 0; h < Hkv; ++h)
+        for (int64_t t = 0; t < lp[b]; ++t) {
+          dst.push_back((slot * Hkv + h) * L + start[b] + t);
+          src.push_back(h * N + cu[b] + t);
+        }
+    if (continues)
+      for (int64_t t = 0; t < start[b] + lp[b]; ++t)
+        for (int64_t h = 0; h < Hkv; ++h) keys.push_back((write[b][0] * Hkv + h) * L + t);
   }
   auto dev = at::TensorOptions().device(device()).dtype(at::kLong);
   auto dst_d = at::tensor(dst).to(device()), src_d = at::tensor(src).to(device());
-  auto starts_d = st.to(device()), slots_d = sl.to(device());
-  // Padding positions are clamped into the table; their results are never read.
-  auto positions = (starts_d.unsqueeze(1) + at::arange(T, dev).unsqueeze(0)).clamp_max(L - 1);
-  // Query t of row b sees cache positions <= starts[b] + t.
-  auto mask = (at::arange(span, dev).view({1, 1, span}) <= positions.unsqueeze(-1)).unsqueeze(1);  // [B, 1, T, span]
-  auto h = run_layers(at::embedding(embed_, ids.to(device(), at::kLong)), positions,
-                      [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-                        cache.k[i].view({-1, D}).index_copy_(0, dst_d, k.reshape({-1, D}).index_select(0, src_d));
-                        cache.v[i].view({-1, D}).index_copy_(0, dst_d, v.reshape({-1, D}).index_select(0, src_d));
-                        auto kc = cache.k[i].index_select(0, slots_d).narrow(2, 0, span);  // [B, Hkv, span, D]
-                        auto vc = cache.v[i].index_select(0, slots_d).narrow(2, 0, span);
-                        return at::scaled_dot_product_attention(q, kc, vc, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
-                                                                /*scale=*/std::nullopt,
-                                                                /*enable_gqa=*/cfg_.num_heads != Hkv);
-                      });
-  return last_logits(h, len);
+  auto keys_d = continues ? at::tensor(keys).to(device()) : at::Tensor();
+  auto cu_d = at::tensor(cu).to(device(), at::kInt), cuk_d = at::tensor(cuk).to(device(), at::kInt);
+  const bool flash = embed_.is_cuda() && (embed_.scalar_type() == at::kBFloat16 || embed_.scalar_type() == at::kHalf);
+  auto h = run_layers(
+      at::embedding(embed_, at::cat(flat).to(device())).unsqueeze(0), at::cat(pos).to(device()).unsqueeze(0),
+      [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+        // q [1, heads, N, D], k and v [1, kv_heads, N, D]: written to the cache first, so that a
+        // continuing row's keys are read from its slot whole.
+        auto kc = cache.k[i].view({-1, D}), vc = cache.v[i].view({-1, D});
+        kc.index_copy_(0, dst_d, k[0].reshape({-1, D}).index_select(0, src_d));
+        vc.index_copy_(0, dst_d, v[0].reshape({-1, D}).index_select(0, src_d));
+        if (flash) {
+          // Variable-length flash attention, GQA native; causal aligned to the bottom right, so
+          // a row's token t sees its slot's positions up to start + t.
+          auto qp = q[0].transpose(0, 1).contiguous();  // [N, heads, D]
+          auto kp = continues ? kc.index_select(0, keys_d).view({-1, Hkv, D}) : k[0].transpose(0, 1).contiguous();
+          auto vp = continues ? vc.index_select(0, keys_d).view({-1, Hkv, D}) : v[0].transpose(0, 1).contiguous();
+          auto o = std::get<0>(at::_flash_attention_forward(qp, kp, vp, cu_d, continues ? cuk_d : cu_d, longest,
+                                                           continues ? longest_k : longest, 0.0, /*is_causal=*/true,
+                                                           /*return_debug_mask=*/false));
+          return o.transpose(0, 1).unsqueeze(0);
+        }
+        // Elsewhere (CPU, fp32) row by row: causal over its own tokens, or over its slot's
+        // positions with query t seeing those up to start + t.
+        std::vector<at::Tensor> o;
+        for (int64_t b = 0; b < B; ++b) {
+          auto qb = q.narrow(2, cu[b], lp[b]);
+          if (start[b] == 0) {
+            o.push_back(causal_attention(qb, k.narrow(2, cu[b], lp[b]), v.narrow(2, cu[b], lp[b])));
+            continue;
+          }
+          const int64_t S = start[b] + lp[b];
+          auto kb = cache.k[i][write[b][0]].narrow(1, 0, S).unsqueeze(0), vb = cache.v[i][write[b][0]].narrow(1, 0, S).unsqueeze(0);
+          auto mask = at::arange(S, dev).unsqueeze(0) <= at::arange(start[b], S, dev).unsqueeze(1);  // [lp, S]
+          o.push_back(at::scaled_dot_product_attention(qb, kb, vb, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
+                                                       /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != Hkv));
+        }
+        return at::cat(o, 2);
+      });
+  std::vector<int64_t> last(B);
+  for (int64_t b = 0; b < B; ++b) last[b] = cu[b + 1] - 1;
+  return lm_head(h[0].index_select(0, at::tensor(last).to(device())));
 }
 
 void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,

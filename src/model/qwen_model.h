@@ -78,7 +78,8 @@ class QwenModel {
   // tokens ids[i, :lengths[i]] (right-padded) sit at positions starts[i], starts[i] + 1, ... of
   // slot slots[i], whose positions below starts[i] hold the K/V of the tokens before them. Their
   // K/V are written there, each token attends to its slot's earlier positions and to the row's
-  // tokens up to itself. Returns the logits of each row's last token [b, vocab].
+  // tokens up to itself. Returns the logits of each row's last token [b, vocab]. Packed as
+  // prefill is; on CUDA in bf16/fp16 the keys are each row's slot read back whole.
   at::Tensor prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
                           const at::Tensor& slots, KvCache& cache) const;
   // One token for each of the first `batch` slots: tokens[i] at position positions[i]
@@ -132,8 +133,12 @@ class QwenModel {
   at::Tensor run_layers(at::Tensor h, const at::Tensor& positions, const Attend& attend) const;
   // Causal self-attention over the T tokens alone (GQA native).
   at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) const;
-  // The logits of each row's last real token: h [B, T, hidden], lengths [B].
-  at::Tensor last_logits(const at::Tensor& h, const at::Tensor& lengths) const;
+  // prefill and prefill_from: row b's tokens ids[b, :lengths[b]] at positions start[b], ... of
+  // every slot in write[b] (one slot where start[b] > 0: the one holding the prefix), packed
+  // without padding; each token attends to its slot's positions up to its own. Returns each
+  // row's last-token logits [b, vocab].
+  at::Tensor prefill_rows(const at::Tensor& ids, const std::vector<int64_t>& start, const at::Tensor& lengths,
+                          const std::vector<std::vector<int64_t>>& write, KvCache& cache) const;
 
   QwenConfig cfg_;
   at::Tensor embed_, final_norm_, lm_head_w_;  // lm_head_w_ is embed_ when tied

@@ -3,6 +3,8 @@
 // tokens and log-probs as the whole prompt prefilled afresh, alone or several continuations in one
 // prefill call, after a partial match, and when the entry was given up for room. On CUDA (where
 // there is one) the same, with the decode step's CUDA graphs. Tiny random Qwen3 model, fp32.
+#include <array>
+
 #include <gtest/gtest.h>
 
 #include <ATen/Context.h>
@@ -124,9 +126,9 @@ TEST_P(EngineKv, ContinuationsPrefilledTogetherBesideAFreshPrompt) {
   EXPECT_EQ(d.continued, 3);
   EXPECT_EQ(d.prefill_calls, 2);  // the continuations in one call, the fresh prompt in another
   // Each continuation prefills its answer's last token (never fed back) and its user turn:
-  // 3, 6 and 9 tokens, padded to 9 in their call; the fresh prompt its 4 in the other.
+  // 3, 6 and 9 tokens, packed in their call (no padding); the fresh prompt its 4 in the other.
   EXPECT_EQ(d.prompt_tokens - d.reused_tokens, 3 + 6 + 9 + 4);
-  EXPECT_EQ(d.prefill_padded_tokens, 3 * 9 + 4);
+  EXPECT_EQ(d.prefill_padded_tokens, 3 + 6 + 9 + 4);
   if (device().is_cuda())
     EXPECT_GT(d.prefill_gpu_ms, 0.0);
   else
@@ -209,6 +211,49 @@ TEST_P(EngineKv, PackedPrefillEqualsEachPromptAlone) {
     for (size_t l = 0; l < cache.k.size(); ++l) {
       close(cache.k[l][slots[j]].narrow(1, 0, n), one.k[l][2].narrow(1, 0, n), what + ", K of layer " + std::to_string(l));
       close(cache.v[l][slots[j]].narrow(1, 0, n), one.v[l][2].narrow(1, 0, n), what + ", V of layer " + std::to_string(l));
+    }
+  }
+}
+
+// Continuations packed into one call (prefill_from): rows of different prefix and new lengths,
+// each in its own slot, give the logits and K/V of the whole conversation prefilled at once. On
+// CUDA in bf16 the keys are read back from the slots for variable-length flash attention.
+TEST_P(EngineKv, PackedContinuationsEqualTheWholePrompt) {
+  const bool cuda = device().is_cuda();
+  auto c = tiny(device()).config();
+  auto model = mc::model::QwenModel::random(c, device(), cuda ? at::kBFloat16 : at::kFloat, 7, 0.25);
+  const double tol = cuda ? 3e-2 : 1e-4;
+  auto close = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    auto g = got.to(at::kCPU, at::kFloat), w = want.to(at::kCPU, at::kFloat);
+    const double err = (g - w).abs().max().item<double>(), scale = w.abs().max().item<double>() + 1e-6;
+    EXPECT_LE(err, tol * scale) << what << ": max |diff| " << err << " of " << scale;
+  };
+  // (prefix, new tokens, slot) per row.
+  const std::vector<std::array<int64_t, 3>> rows{{12, 5, 6}, {3, 20, 1}, {33, 1, 4}};
+  const int64_t B = rows.size(), T = 20;
+  auto cache = model.make_cache(8, 64);
+  std::vector<at::Tensor> whole;
+  auto ids = at::zeros({B, T}, at::kLong);
+  std::vector<int64_t> starts, lens, slots;
+  for (int64_t b = 0; b < B; ++b) {
+    auto [prefix, n, slot] = rows[b];
+    whole.push_back(at::randint(3, 90, {prefix + n}, at::kLong));
+    model.prefill(whole[b].narrow(0, 0, prefix).unsqueeze(0), at::tensor(std::vector<int64_t>{prefix}),
+                  at::tensor(std::vector<int64_t>{0}), at::tensor(std::vector<int64_t>{slot}), cache);
+    ids[b].narrow(0, 0, n).copy_(whole[b].narrow(0, prefix, n));
+    starts.push_back(prefix), lens.push_back(n), slots.push_back(slot);
+  }
+  auto logits = model.prefill_from(ids, at::tensor(starts), at::tensor(lens), at::tensor(slots), cache);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t S = whole[b].numel();
+    auto one = model.make_cache(8, 64);
+    auto alone = model.prefill(whole[b].unsqueeze(0), at::tensor(std::vector<int64_t>{S}), at::tensor(std::vector<int64_t>{0}),
+                               at::tensor(std::vector<int64_t>{0}), one);
+    const auto what = "row " + std::to_string(b);
+    close(logits[b], alone[0], what + ", logits against the whole prompt");
+    for (size_t l = 0; l < cache.k.size(); ++l) {
+      close(cache.k[l][slots[b]].narrow(1, 0, S), one.k[l][0].narrow(1, 0, S), what + ", K of layer " + std::to_string(l));
+      close(cache.v[l][slots[b]].narrow(1, 0, S), one.v[l][0].narrow(1, 0, S), what + ", V of layer " + std::to_string(l));
     }
   }
 }
