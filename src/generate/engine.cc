@@ -27,6 +27,15 @@ namespace {
 // serves many steps while little attention work is wasted on unused cache positions.
 constexpr int64_t kSpanQuantum = 128;
 
+// The length of the prefix a kept entry's tokens share with a continuing prompt, short of the
+// prompt's last token (one token at least is prefilled: its logits give the first answer token).
+int64_t shared_prefix(const std::vector<int32_t>& have, const std::vector<int32_t>& prompt) {
+  const int64_t limit = std::min<int64_t>(have.size(), static_cast<int64_t>(prompt.size()) - 1);
+  int64_t m = 0;
+  while (m < limit && have[m] == prompt[m]) ++m;
+  return m;
+}
+
 int64_t next_pow2(int64_t x) {
   int64_t p = 1;
   while (p < x) p <<= 1;
@@ -240,17 +249,22 @@ struct GenerationEngine::Impl {
       if (!waiting.empty())
         while (needs(*waiting.front()) > static_cast<int64_t>(free_slots.size()) && evict_kept()) {
         }
-      int64_t slots = free_slots.size(), longest = 0;
+      // What a request prefills: its prompt, or past the prefix it shares with its kept entry.
+      auto cost = [&](const Pending& p) {
+        const auto& prompt = p.req.prompt;
+        auto it = p.req.continues >= 0 ? kept.find(p.req.continues) : kept.end();
+        if (it == kept.end()) return static_cast<int64_t>(prompt.size());
+        return static_cast<int64_t>(prompt.size()) - shared_prefix(it->second.tokens, prompt);
+      };
+      int64_t slots = free_slots.size(), tokens = 0;
       size_t fit = 0;  // the waiting requests one prefill call takes, from the front
       for (; fit < waiting.size(); ++fit) {
         const auto& p = waiting[fit];
-        int64_t len = p->req.prompt.size();
-        int64_t rows = static_cast<int64_t>(fit) + 1, L = std::max(longest, len);
-        const int64_t need = needs(*p);
-        if (need > slots || (fit > 0 && rows * L > opts.prefill_tokens)) break;
+        const int64_t need = needs(*p), c = need == 0 ? cost(*p) : static_cast<int64_t>(p->req.prompt.size());
+        if (need > slots || (fit > 0 && tokens + c > opts.prefill_tokens)) break;
         if (need == 0) claimed.insert(p->req.continues);
         slots -= need;
-        longest = L;
+        tokens += c;
       }
       // Held: everything waiting fits, too few of them, others are decoding, not held too long.
       if (fit > 0 && fit == waiting.size() && static_cast<int>(fit) < opts.admit_together && num_running > 0 &&
@@ -339,10 +353,7 @@ struct GenerationEngine::Impl {
       int64_t T = 0;
       for (int64_t r = 0; r < b; ++r) {
         const auto& prompt = conts[r].first->req.prompt;
-        const auto& have = conts[r].second.tokens;
-        const int64_t limit = std::min<int64_t>(have.size(), static_cast<int64_t>(prompt.size()) - 1);
-        int64_t m = 0;
-        while (m < limit && have[m] == prompt[m]) ++m;
+        const int64_t m = shared_prefix(conts[r].second.tokens, prompt);
         start[r] = m;
         T = std::max<int64_t>(T, static_cast<int64_t>(prompt.size()) - m);
       }

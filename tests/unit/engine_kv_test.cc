@@ -177,6 +177,42 @@ TEST_P(EngineKv, KeptEntriesGiveWayAndStaleIdsPrefillEverything) {
   EXPECT_THROW(kv.validate(bad), mc::Error);
 }
 
+// A prefill call is bounded by the tokens it computes (EngineOptions::prefill_tokens), not by
+// its rows padded to the longest: a long and a short prompt share a call, and continuations
+// count only what they prefill past their kept prefix.
+TEST_P(EngineKv, PrefillCallsAreBoundedByTheTokensTheyCompute) {
+  auto model = tiny(device());
+  auto o = options();
+  o.prefill_tokens = 30;
+  GenerationEngine kv(model, nullptr, o), plain(model, nullptr, options());
+  std::vector<int32_t> long_p(25), short_p{7, 8, 9};
+  for (int i = 0; i < 25; ++i) long_p[i] = 3 + (i * 7) % 80;
+  auto before = kv.stats();
+  auto two = kv.generate({greedy(long_p, 4), greedy(short_p, 4)});
+  EXPECT_EQ(mc::gen::stats_between(before, kv.stats()).prefill_calls, 1);  // 28 tokens (2 x 25 padded: 50)
+  auto want = plain.generate({greedy(long_p, 4), greedy(short_p, 4)});
+  expect_same(two[0][0], want[0][0], "long prompt");
+  expect_same(two[1][0], want[1][0], "short prompt");
+  // Two conversations of ~36 tokens each continue: 5 tokens each to prefill, one call.
+  std::vector<int32_t> a(28), b(28);
+  for (int i = 0; i < 28; ++i) a[i] = 3 + (i * 5) % 80, b[i] = 3 + (i * 11) % 80;
+  auto firsts = kv.generate({greedy(a, 4, true), greedy(b, 4, true)});
+  std::vector<GenerationRequest> next, fresh;
+  for (int i = 0; i < 2; ++i) {
+    auto p = concat(concat(i ? b : a, firsts[i][0].tokens), {40, 41, 42, 43});
+    next.push_back(greedy(p, 4, false, firsts[i][0].kept));
+    fresh.push_back(greedy(p, 4));
+  }
+  before = kv.stats();
+  auto got = kv.generate(next);
+  auto d = mc::gen::stats_between(before, kv.stats());
+  EXPECT_EQ(d.continued, 2);
+  EXPECT_EQ(d.prefill_calls, 1);
+  EXPECT_EQ(d.prefill_padded_tokens, 2 * 5);
+  auto ref = plain.generate(fresh);
+  for (int i = 0; i < 2; ++i) expect_same(got[i][0], ref[i][0], "continuation " + std::to_string(i));
+}
+
 // Prefill packs its rows' real tokens end to end (no padding): on CUDA in bf16 through
 // variable-length flash attention, elsewhere each sequence's attention alone. Each row's logits
 // and the K/V written to each of its slots equal those of the prompt prefilled by itself, and
