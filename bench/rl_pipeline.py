@@ -53,8 +53,7 @@ KEYS = ("generate_s", "verify_wait_s", "drain_s", "train_s", "step_s", "verify_o
 # trials, timing, ...) and how many decode steps the engine took.
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
         "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s", "gen_continued",
-        "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s",
-        "gen_prefill_padded_tokens")
+        "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s")
 
 
 def gpu_pids():
@@ -343,15 +342,13 @@ def main():
               f"{f(s.get('overhead_vs_turns_steady'))}, per token steady {f(s.get('overhead_vs_turns_per_token_steady'))} "
               f"(steps 3 to N-1: {f(s.get('overhead_vs_turns_per_token_filled'))}), "
               f"per token over every step {f(s.get('overhead_vs_turns_per_token_all'))}; steps {s['step_s']:.1f} s, {s['wall_s']:.0f} s in all")
-        # Prefill: host time, GPU time (where the engine measured it) and padding's share of
-        # the positions computed, to tell computing too much from waiting on a shared GPU.
+        # Prefill: host time against GPU time (where the engine measured it), to tell computing
+        # from waiting on a shared GPU, and the tokens it computed.
         tot = lambda k: sum(r.get(k) or 0 for r in s["steps"])  # noqa: E731
         fresh = tot("gen_prompt_tokens") - tot("gen_reused_tokens")
         if tot("gen_prefill_calls"):
             print(f"{arm}: prefill {tot('gen_prefill_s'):.1f} s in {tot('gen_prefill_calls'):.0f} calls, "
-                  f"{tot('gen_prefill_gpu_s'):.1f} s on the GPU; {fresh:.0f} prompt tokens prefilled"
-                  + (f", {tot('gen_prefill_padded_tokens'):.0f} positions computed with padding"
-                     if tot("gen_prefill_padded_tokens") else ""))
+                  f"{tot('gen_prefill_gpu_s'):.1f} s on the GPU; {fresh:.0f} prompt tokens prefilled")
     with open(path, "w") as fh:
         json.dump(summary, fh, indent=1)
 

@@ -342,7 +342,6 @@ struct GenerationEngine::Impl {
       gpu_begin();
       auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
       ++stats.prefill_calls;
-      for (auto& p : fresh) stats.prefill_padded_tokens += p->req.prompt.size();  // packed: no padding
       logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
     }
     if (!conts.empty()) {
@@ -371,7 +370,6 @@ struct GenerationEngine::Impl {
       gpu_begin();
       logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache));
       ++stats.prefill_calls;
-      for (int64_t r = 0; r < b; ++r) stats.prefill_padded_tokens += len_acc[r];  // packed: no padding
       stats.continued += b;
     }
 #ifdef MUSACODER_CUDA
@@ -599,7 +597,6 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;
   d.prefill_wall_ms = b.prefill_wall_ms - a.prefill_wall_ms;
   d.prefill_gpu_ms = b.prefill_gpu_ms - a.prefill_gpu_ms;
-  d.prefill_padded_tokens = b.prefill_padded_tokens - a.prefill_padded_tokens;
   return d;
 }
 

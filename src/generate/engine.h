@@ -116,12 +116,10 @@ struct EngineStats {
   // only what ran outside it.
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
   double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
-  // Prefill's model calls on the GPU (CUDA events; CUDA only), and the token positions they
-  // computed: fresh prompts are packed (no padding), continued ones (prefill_from) padded to
-  // their call's longest, so against prompt_tokens - reused_tokens this is the padding's share. Together they say whether prefill computes too much (padding)
-  // or waits (GPU shared with other processes, e.g. MooreEval's judges).
+  // Prefill's model calls on the GPU (CUDA events; CUDA only). Against prefill_wall_ms: whether
+  // prefill computes or waits (a GPU shared with MooreEval's judges). What it computes is
+  // prompt_tokens - reused_tokens: prefill packs its rows, without padding.
   double prefill_gpu_ms = 0;
-  int64_t prefill_padded_tokens = 0;
 };
 
 // Cache slots for a run that never decodes more than `sequences` at once: the power of two at

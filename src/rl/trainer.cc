@@ -862,10 +862,9 @@ RlResult run_rl(const RlOptions& o) {
                 {"gen_sample_gpu_ms", ratio(gd.sample_gpu_ms, static_cast<double>(gd.decode_steps))},
                 {"gen_prefill_s", gd.prefill_wall_ms / 1e3},
                 {"gen_prefill_calls", static_cast<double>(gd.prefill_calls)},
-                // Prefill's model calls on the GPU, and the positions they computed (padding
-                // included; against gen_prompt_tokens - gen_reused_tokens).
+                // Prefill's model calls on the GPU (what they computed: gen_prompt_tokens -
+                // gen_reused_tokens, packed).
                 {"gen_prefill_gpu_s", gd.prefill_gpu_ms / 1e3},
-                {"gen_prefill_padded_tokens", static_cast<double>(gd.prefill_padded_tokens)},
                 {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
