@@ -1,7 +1,10 @@
 #include "common/fs.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -30,6 +33,18 @@ void write_file_atomic(const fs::path& path, const std::string& data) {
     MC_CHECK(out.good(), "write failed for ", tmp.string());
   }
   fs::rename(tmp, path);
+}
+
+FileLock::FileLock(const fs::path& path) {
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  MC_CHECK(fd_ >= 0, "cannot open lock file ", path.string());
+  while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+  }
+}
+
+FileLock::~FileLock() {
+  flock(fd_, LOCK_UN);
+  ::close(fd_);
 }
 
 TempDir::TempDir(const std::string& prefix) {

@@ -12,6 +12,19 @@ std::string read_file(const fs::path& path);  // throws mc::Error naming the pat
 // Writes via a temporary file and rename, so readers never see half a file.
 void write_file_atomic(const fs::path& path, const std::string& data);
 
+// Holds an exclusive flock on a file (created if missing) for its lifetime: between processes,
+// e.g. one build of a candidate however many judges want it, or one writer of a state file.
+class FileLock {
+ public:
+  explicit FileLock(const fs::path& path);
+  ~FileLock();
+  FileLock(const FileLock&) = delete;
+  FileLock& operator=(const FileLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 // A fresh directory removed (recursively) by the destructor. Not copyable.
 class TempDir {
  public:

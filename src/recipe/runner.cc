@@ -349,7 +349,19 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   ProgressBar bar("recipe", todo.size(), o.progress);
   std::ofstream stages_log(fs::path(run) / "recipe" / "stages.jsonl", std::ios::app);
   std::mutex mu;  // state, state.json, stages.jsonl and the bar, which stages of a group share
-  auto save_state = [&] { write_file_atomic(state_path, state.dump(1) + "\n"); };
+  // state.json may be shared with another `recipe` on this run folder (evaluations on one GPU
+  // while the arms train on another): each save rereads it under a lock and replaces only the
+  // stages this process runs, so neither loses what the other recorded.
+  std::set<std::string> mine;
+  auto save_state = [&] {
+    FileLock lock(fs::path(run) / "recipe" / "state.lock");
+    json disk = fs::exists(state_path) ? json::parse(read_file(state_path)) : json::object();
+    if (!disk.contains("stages")) disk["stages"] = json::object();
+    for (const auto& n : mine) disk["stages"][n] = state["stages"][n];
+    disk["recipe"] = state["recipe"];
+    disk["vars"] = state["vars"];
+    write_file_atomic(state_path, disk.dump(1) + "\n");
+  };
 
   // One stage's commands in order. Returns "" when they all exit 0, else what went wrong (and
   // records it); `stopped` is set when SIGINT/SIGTERM stopped it.
@@ -363,6 +375,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
     const std::string log = (fs::path(run) / "recipe" / (s->name + ".log")).string();
     {
       std::lock_guard<std::mutex> lock(mu);
+      mine.insert(s->name);
       json& st = state["stages"][s->name];
       fmt::print(stderr, "recipe: {}: {} (log {})\n", s->name, s->about, log);
       st["done"] = false;

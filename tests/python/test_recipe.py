@@ -372,6 +372,25 @@ def test_a_stopped_recipe_leaves_its_stage_unfinished(tmp_path):
     assert not left, left
 
 
+def test_two_recipes_share_a_run_folder(tmp_path):
+    """Two `recipe` processes on one run folder (evaluations on one GPU while the arms train on
+    another): the one that finishes last keeps what the other recorded in state.json."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[stage]]\nname = "long"\ncommands = [["sh", "-c", "sleep 2; touch {run}/long"]]\n\n'
+                      '[[stage]]\nname = "short"\ncommands = [["touch", "{run}/short"]]\n')
+    run = tmp_path / "run"
+    p = subprocess.Popen([BINARY, "recipe", str(recipe), "--out", str(run), "--stages", "long", "--no-progress"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    mc("recipe", recipe, "--out", run, "--stages", "short", "--no-progress")
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    state = json.load(open(run / "recipe" / "state.json"))
+    assert state["stages"]["long"]["done"] and state["stages"]["short"]["done"], state
+    r = mc("recipe", recipe, "--out", run, "--no-progress")
+    assert r.stderr.count("finished before") == 2, r.stderr
+
+
 def test_stages_together_run_at_once(tmp_path):
     """Stages next to each other with the same `together` run at the same time (the ablation
     arms); one failing lets the others finish, and the next run redoes only it."""
