@@ -1,5 +1,6 @@
 #include "eval/compile_pool.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -222,7 +223,15 @@ std::string trim_compiler_log(const std::string& log, size_t max_lines) {
   return valid_utf8(out);
 }
 
-int half_the_cores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / 2); }
+int half_the_cores() {
+  // The cores this process may run on (taskset, a container's cpuset), not the machine's: two jobs
+  // pinned to halves of one host each size their pool to their own half.
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int cores = sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set)
+                                                                 : static_cast<int>(std::thread::hardware_concurrency());
+  return std::max(1, cores / 2);
+}
 
 int default_compile_workers() {
   if (auto n = env_count("MUSACODER_COMPILE_WORKERS", 1, "a number of compile workers", 4096)) return static_cast<int>(*n);

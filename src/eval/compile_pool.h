@@ -61,7 +61,7 @@ struct CompileOutcome {
   std::string error;     // infra: what broke
 };
 
-// Half the machine's cores (at least 1): one command's compile workers when it runs alone.
+// Half the cores this process may run on (its CPU affinity; at least 1): one command's compile workers when it runs alone.
 int half_the_cores();
 
 // MUSACODER_COMPILE_WORKERS where it is set (the recipe sets each stage's share when several
