@@ -56,14 +56,37 @@ MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms",
         "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s")
 
 
-def gpu_pids():
-    """Processes holding a CUDA context on any GPU of this machine (empty without nvidia-smi)."""
+def smi(*query):
+    """nvidia-smi's CSV answer to a query, one list of fields per line (empty without nvidia-smi)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30).stdout
+        out = subprocess.run(["nvidia-smi", *query, "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=30).stdout
     except (OSError, subprocess.TimeoutExpired):
-        return set()
-    return {int(x) for x in out.split() if x.strip().isdigit()}
+        return []
+    return [[f.strip() for f in line.split(",")] for line in out.splitlines() if line.strip()]
+
+
+def visible_buses():
+    """The PCI bus ids of the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), None when it is
+    unset (every GPU is this bench's). A bench given GPU 0 beside a recipe on GPU 1 (session 46,
+    two H200s) is not flagged for the recipe's processes, nor waits on them between arms."""
+    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if not vis:
+        return None
+    bus = {}
+    for f in smi("--query-gpu=index,uuid,pci.bus_id"):
+        if len(f) == 3:
+            bus[f[0]] = bus[f[1]] = f[2].lower()
+    named = [v.strip() for v in vis.split(",") if v.strip()]
+    return {bus[v] for v in named if v in bus} if all(v in bus for v in named) else None
+
+
+def gpu_pids():
+    """Processes holding a CUDA context on this bench's GPUs (visible_buses; a process whose GPU
+    nvidia-smi does not name counts), empty without nvidia-smi."""
+    buses = visible_buses()
+    return {int(f[0]) for f in smi("--query-compute-apps=pid,gpu_bus_id")
+            if f[0].isdigit() and (buses is None or len(f) < 2 or f[1].lower() in buses)}
 
 
 def stat_fields(pid):
@@ -151,7 +174,7 @@ class HostWatch:
         self.thread.join()
         # Quiet: no GPU process but the arm's own (the load counts the arm's compiles and judges
         # too, so it is reported, not judged).
-        return {"load_1m_max": max(self.loads, default=None), "cores": os.cpu_count(),
+        return {"load_1m_max": max(self.loads, default=None), "cores": len(os.sched_getaffinity(0)),
                 "other_gpu_processes": len(self.others), "quiet_host": not self.others,
                 "others": sorted(set(self.others.values()))}
 

@@ -26,6 +26,7 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
     smi.write_text(f"#!/bin/sh\ncat {listed}\n")
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     bench = load_bench()
     # Another job's process (here: this test's parent) was on the GPU before the first arm.
     other = os.getppid()
@@ -48,6 +49,27 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
     assert bench.command_of(lingering.pid) == f"[{lingering.pid}: Z, parent {os.getpid()}]"
     lingering.wait()
     assert bench.command_of(lingering.pid) is None
+
+
+def test_only_the_benchs_own_gpus_are_watched(tmp_path, monkeypatch):
+    """Given GPU 0 (CUDA_VISIBLE_DEVICES, by index or UUID) beside a recipe on GPU 1, the bench
+    neither counts nor waits on GPU 1's processes; unset, it watches every GPU."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text('#!/bin/sh\ncase "$1" in\n'
+                   '  --query-gpu=*) printf "0, GPU-aaa, 00000000:19:00.0\\n1, GPU-bbb, 00000000:2A:00.0\\n" ;;\n'
+                   '  *) printf "101, 00000000:19:00.0\\n202, 00000000:2a:00.0\\n303, 00000000:2A:00.0\\n" ;;\nesac\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    bench = load_bench()
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    assert bench.gpu_pids() == {101}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-bbb")
+    assert bench.gpu_pids() == {202, 303}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")  # names no GPU nvidia-smi lists: every one counts
+    assert bench.gpu_pids() == {101, 202, 303}
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert bench.gpu_pids() == {101, 202, 303}
 
 
 def test_resume_keeps_finished_arms_and_reruns_a_killed_one_from_scratch(tmp_path):
