@@ -388,13 +388,14 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # and RL's starting checkpoint, so the recipe begins at the arms. Its parts may come over
       # several calls (a call carries 64 MiB with the tree).
       prepare_run "$R" || { rc=1; continue; }
+      J=${RECIPE_JOB:+-$RECIPE_JOB}  # RECIPE_JOB below
       # The GPUs' utilization and memory every 2 s while the machine is held (gpu-samples.csv:
       # timestamp, GPU index, utilization, memory used).
-      if ! { [ -f "$R/smi.pid" ] && kill -0 "$(cat "$R/smi.pid")" 2>/dev/null; }; then
+      if ! { [ -f "$R/smi$J.pid" ] && kill -0 "$(cat "$R/smi$J.pid")" 2>/dev/null; }; then
         # shellcheck disable=SC2046
         setsid nvidia-smi $([ -n "${RECIPE_GPUS:-}" ] && echo "-i $RECIPE_GPUS") \
           --query-gpu=timestamp,index,utilization.gpu,memory.used --format=csv,noheader -l 2 \
-          >> "$R/gpu-samples.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi.pid"
+          >> "$R/gpu-samples$J.csv" 2>/dev/null < /dev/null & echo $! > "$R/smi$J.pid"
       fi
       # The host beside them (host-samples.csv: timestamp, 1-minute load, CPU busy % over the
       # last 2 s, available memory in MiB, tasks running, tasks blocked in the kernel, iowait % over
@@ -444,23 +445,26 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
         echo "recipe: RL verifies through $vurl on GPU $RECIPE_VERIFIER_GPU: $(health "$vurl" health 400 || echo 'not answering (verifier.log)')"
         RECIPE_ARGS="${RECIPE_ARGS:-} --set rl_verifier=--verifier=$vurl"
       fi
-      if [ -f "$R/recipe.pid" ] && kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then
-        echo "recipe: still running (pid $(cat "$R/recipe.pid")), waiting on it"
+      # RECIPE_JOB=NAME: a second recipe on the same run folder, e.g. KernelBench evaluations on
+      # one GPU while the arms train on another (recipe merges state.json under a lock): its own
+      # pid, console log and recipe-NAME.log back, so that it neither waits on nor restarts the other.
+      if [ -f "$R/recipe$J.pid" ] && kill -0 "$(cat "$R/recipe$J.pid")" 2>/dev/null; then
+        echo "recipe: still running (pid $(cat "$R/recipe$J.pid")), waiting on it"
       else
-        rm -f "$R/recipe.pid"
+        rm -f "$R/recipe$J.pid"
         # shellcheck disable=SC2086
-        R=$R BIN=$BIN env ${RECIPE_GPUS:+CUDA_VISIBLE_DEVICES=$RECIPE_GPUS} setsid bash -c 'echo $$ > "$R/recipe.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
-          --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe-console.log" 2>&1 < /dev/null &
-        while [ ! -s "$R/recipe.pid" ]; do sleep 0.2; done
-        echo "recipe: started (pid $(cat "$R/recipe.pid"))"
+        R=$R J=$J BIN=$BIN env ${RECIPE_GPUS:+CUDA_VISIBLE_DEVICES=$RECIPE_GPUS} setsid bash -c 'echo $$ > "$R/recipe$J.pid"; exec "$BIN" recipe "${RECIPE:-recipes/small/recipe.toml}" \
+          --out "$R" --no-progress "$@"' recipe ${RECIPE_ARGS:-} >> "$R/recipe$J-console.log" 2>&1 < /dev/null &
+        while [ ! -s "$R/recipe$J.pid" ]; do sleep 0.2; done
+        echo "recipe: started (pid $(cat "$R/recipe$J.pid"))"
       fi
       end=$((SECONDS + ${RECIPE_TIMEOUT:-540}))
-      while kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
-      if kill -0 "$(cat "$R/recipe.pid")" 2>/dev/null; then echo "recipe: still running after this call's wait"
-      else grep -q '^recipe: state in' "$R/recipe-console.log" || rc=1; fi
+      while kill -0 "$(cat "$R/recipe$J.pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
+      if kill -0 "$(cat "$R/recipe$J.pid")" 2>/dev/null; then echo "recipe: still running after this call's wait"
+      else grep -q '^recipe: state in' "$R/recipe$J-console.log" || rc=1; fi
       [ -n "$vurl" ] && health "$vurl" metrics 100000 > "$R/verifier-metrics.txt"
-      cp "$R/recipe-console.log" "$OUT/recipe.log"
-      tail -30 "$OUT/recipe.log"
+      cp "$R/recipe$J-console.log" "$OUT/recipe$J.log"
+      tail -30 "$OUT/recipe$J.log"
       # How far each RL run (the arms) has come, for the next call's plan.
       for m in "$R"/rl*/metrics.jsonl; do
         [ -f "$m" ] && echo "recipe: $(basename "$(dirname "$m")"): $(grep -c '"reward_mean"' "$m") RL step(s)"
@@ -473,7 +477,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       (cd "$R" && shopt -s nullglob && tar czf "$OUT/recipe.tgz" --exclude='*/checkpoints' --exclude='*/work' recipe \
         report eval corpus/report.json corpus/report.md synth/report.json synth-eval/report.json synth-r[l]/report.json tokenizer/tokenizer.json \
         ./*/metrics.jsonl ./*/events* ./rft/*.jsonl ./rft/sft/metrics.jsonl ./*/infra_errors.jsonl ./rl/sample[s] \
-        ./*/profile/*.md ./*/profile/*.json gpu-samples.csv host-samples.csv host-top.log checkpoint-sha256.txt \
+        ./*/profile/*.md ./*/profile/*.json gpu-samples*.csv host-samples.csv host-top.log checkpoint-sha256.txt \
         verifier.log verifier-metrics.txt 2>/dev/null)
       # The seed for a fresh machine: the synth stage's folders and a state that lists it alone.
       # RECIPE_PACK_START=1: the run's start instead (finished stages and RL's starting checkpoint,
