@@ -39,6 +39,7 @@ that host's (session 37's arms ran beside five RL runs).
 
 Options after `--` go to both runs."""
 import argparse
+import functools
 import json
 import os
 import shutil
@@ -70,7 +71,13 @@ def visible_buses():
     """The PCI bus ids of the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), None when it is
     unset (every GPU is this bench's). A bench given GPU 0 beside a recipe on GPU 1 (session 46,
     two H200s) is not flagged for the recipe's processes, nor waits on them between arms."""
-    vis = os.environ.get("CUDA_VISIBLE_DEVICES", "").strip()
+    return buses_of(os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
+
+
+@functools.lru_cache(maxsize=None)
+def buses_of(vis):
+    """visible_buses for one CUDA_VISIBLE_DEVICES value: asked of nvidia-smi once, not at every
+    sample of every arm."""
     if not vis:
         return None
     bus = {}

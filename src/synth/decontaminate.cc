@@ -9,6 +9,7 @@
 #include "common/check.h"
 #include "common/fs.h"
 #include "common/subprocess.h"
+#include "eval/compile_pool.h"
 #include "eval/python_source.h"
 
 namespace mc::synth {
@@ -23,7 +24,7 @@ std::vector<ProblemTrace> trace_problems(const std::vector<std::string>& paths, 
   if (paths.empty()) return out;
   // Shards in parallel: constructing large benchmark models, even on the meta device, takes
   // most of a second each.
-  size_t shards = std::clamp<size_t>(std::thread::hardware_concurrency() / 2, 1, 8);
+  size_t shards = std::clamp<size_t>(eval::half_the_cores(), 1, 8);
   shards = std::min(shards, (paths.size() + 15) / 16);
   std::vector<std::string> errors(shards);
   std::vector<std::thread> threads;
