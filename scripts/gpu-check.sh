@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention and prefill are run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill and sharing are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -223,6 +223,12 @@ for stage in $STAGES; do
       python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/prefill_bench.json" --shape recipe-small \
         --prompts 64 --n 1 --new-tokens 256 --prompt-len 1500 --prompt-len-spread 700 --max-batch 64 --skip-transformers \
         --also-cudnn-attention --arrive-every 4 ${PREFILL_ARGS:-} 2>&1 | tee "$OUT/prefill.log" || rc=1 ;;
+    sharing)
+      # Issue 15: the engine beside processes that load the same GPU as MooreEval's judges do
+      # (bench/gpu_sharing.py): prefill and decode alone and beside 1 and 4 of them. SHARING_ARGS: more options.
+      # shellcheck disable=SC2086
+      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" ${SHARING_ARGS:-} 2>&1 \
+        | tee "$OUT/sharing.log" || rc=1 ;;
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
       # and batch, in this run; then the curves as an image.

@@ -1,0 +1,173 @@
+"""The engine on a GPU that other processes use at the same time (issue 15).
+
+With --async, RL's engine decodes and prefills while MooreEval's judges run answers' trials on
+the same GPU, each judge a process with its own CUDA context. In session 47's pipeline bench
+(one H200, alone) the async arms' prefill took 60-68 ms of GPU time a call for ~2,500 tokens,
+against 17 ms for ~12,800 tokens turn by turn, whose prefill runs while no judge is busy; their
+decode steps took 2.5 ms of model GPU time against 1.8 ms. Both point at the GPU's time-slicing
+between contexts rather than at the engine's own work. This bench asks it directly: the same
+`musacoder generate` run (recipes/small's model shape, random weights; prompts arriving a few
+at a time as RL's pipelined turns send them) alone, then beside N processes that each load the
+GPU like a judge's trials: bursts of small kernels (--busy-ms), then idle (--idle-ms); and
+beside processes that keep a CPU core busy each, as the compile pool's nvcc runs do (a run
+"G+C": G GPU loads and C CPU loads).
+
+Reports, for each run: prefill calls and ms each (wall and GPU events), decode ms per step (wall
+and the model's GPU time), tokens/s, and the bursts the load processes ran; as a table and JSON.
+  python3 bench/gpu_sharing.py --musacoder build/musacoder --out sharing.json
+  (gpu-check stage `sharing`; --device cpu checks this script, with CPU load processes)"""
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generate_bench import SHAPES, make_model  # noqa: E402
+
+# One judge-like process: tensors of a level-1 problem's size, a burst of elementwise work,
+# a reduction and a small matmul, synchronized, for busy_ms; then idle_ms asleep. It writes its
+# burst count to `count` when stopped (SIGTERM).
+LOAD = r"""
+import signal, sys, time, torch
+dev, busy, idle, ready, count = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+x = torch.randn(1 << 22, device=dev); w = torch.randn(512, 512, device=dev)
+sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+sync(); open(ready, "w").close()
+bursts = 0
+def stop(*_):
+    open(count, "w").write(str(bursts)); sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+while True:
+    t = time.perf_counter()
+    while (time.perf_counter() - t) * 1e3 < busy:
+        y = torch.relu(x * 1.5 + 0.5).sum() + (w @ w).sum()
+        sync()
+    bursts += 1
+    if idle > 0: time.sleep(idle / 1e3)
+"""
+
+
+# One compile-like process: a CPU core kept busy, no CUDA.
+SPIN = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass\n"
+
+
+def start_loads(n, device, busy, idle, work, cpu=0):
+    procs = [(subprocess.Popen([sys.executable, "-c", SPIN]), None, None) for _ in range(cpu)]
+    for i in range(n):
+        ready, count = os.path.join(work, f"ready{i}"), os.path.join(work, f"count{i}")
+        for f in (ready, count):
+            if os.path.exists(f):
+                os.remove(f)
+        procs.append((subprocess.Popen([sys.executable, "-c", LOAD, device, str(busy), str(idle), ready, count]),
+                      ready, count))
+    deadline = time.time() + 120
+    while not all(r is None or os.path.exists(r) for _, r, _ in procs):
+        if time.time() > deadline or any(p.poll() is not None for p, _, _ in procs):
+            stop_loads(procs)
+            raise SystemExit("gpu_sharing: a load process did not start (no CUDA, or it died)")
+        time.sleep(0.1)
+    return procs
+
+
+def stop_loads(procs):
+    bursts = 0
+    for p, _, count in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        if count and os.path.exists(count):
+            bursts += int(open(count).read() or 0)
+    return bursts
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--musacoder", required=True)
+    ap.add_argument("--out", default="gpu_sharing.json")
+    ap.add_argument("--shape", default="recipe-small", choices=sorted(SHAPES))
+    ap.add_argument("--model-dir", default=None, help="default: /tmp/<shape>-random")
+    ap.add_argument("--loads", default="0,1,4,0+8,0+16",
+                    help="one run each: G (GPU load processes beside the engine) or G+C (and C CPU load processes)")
+    ap.add_argument("--busy-ms", type=float, default=3.0, help="a load process's burst of GPU work")
+    ap.add_argument("--idle-ms", type=float, default=3.0, help="its idle time between bursts")
+    ap.add_argument("--prompts", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=1500)
+    ap.add_argument("--prompt-len-spread", type=int, default=700)
+    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--arrive-every", type=int, default=4, help="engine steps between two prompts' arrivals")
+    ap.add_argument("--device", default="cuda", help="cpu: a check of this script (fp32, CPU loads)")
+    a = ap.parse_args()
+    gpu = a.device != "cpu"
+    try:
+        loads = [tuple(int(x) for x in (r.split("+") + ["0"])[:2]) for r in a.loads.split(",")]
+    except ValueError:
+        ap.error(f"--loads: runs are G or G+C (whole numbers), got {a.loads}")
+    a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
+    make_model(a.model_dir, a.shape)
+    work = tempfile.mkdtemp(prefix="gpu-sharing-")
+    import torch
+    g = torch.Generator().manual_seed(1)
+    vocab = SHAPES[a.shape][0]["vocab_size"]
+    lo = max(1, a.prompt_len - a.prompt_len_spread)
+    lens = torch.randint(lo, a.prompt_len + a.prompt_len_spread + 1, (a.prompts,), generator=g).tolist()
+    pfile = os.path.join(work, "prompts.jsonl")
+    with open(pfile, "w") as f:
+        for n in lens:
+            f.write(json.dumps({"prompt_ids": torch.randint(0, vocab, (n,), generator=g).tolist()}) + "\n")
+    res = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+           "device": torch.cuda.get_device_name(0) if gpu else "cpu", "shape": a.shape, "prompts": a.prompts,
+           "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
+           "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "runs": []}
+    for n, c in loads:
+        procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c)
+        stats = os.path.join(work, f"stats{n}+{c}.json")
+        cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
+               str(a.new_tokens), "--ignore-eos", "--max-batch", str(a.prompts), "--dtype", "bf16" if gpu else "fp32",
+               "--device", a.device, "--out", "/dev/null", "--stats", stats, "--no-progress",
+               "--arrive-every", str(a.arrive_every)]
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.time() - t0
+        bursts = stop_loads(procs)
+        if r.returncode != 0:
+            sys.stderr.write(r.stderr[-3000:])
+            raise SystemExit(f"gpu_sharing: musacoder generate failed (rc {r.returncode}) beside {n} GPU and {c} CPU load(s)")
+        st = json.load(open(stats))
+        calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
+        row = {"loads": n, "cpu_loads": c, "load_bursts_per_s": bursts / wall if n else 0.0, "seconds": st["seconds"],
+               "tokens_per_s": st["tokens_per_s"], "prefill_calls": st["prefill_calls"],
+               "prefill_wall_ms": st["prefill_wall_ms_total"] / calls,
+               "prefill_gpu_ms": st.get("prefill_gpu_ms_total", 0.0) / calls,
+               "decode_steps": st["decode_steps"], "step_wall_ms": st["step_wall_ms_total"] / steps,
+               "step_model_gpu_ms": st["decode_gpu_ms_total"] / steps}
+        res["runs"].append(row)
+        print(f"loads {n}+{c}: {row['tokens_per_s']:.0f} tokens/s, prefill {row['prefill_wall_ms']:.1f} ms wall / "
+              f"{row['prefill_gpu_ms']:.1f} ms GPU a call, decode step {row['step_wall_ms']:.2f} ms wall / "
+              f"{row['step_model_gpu_ms']:.2f} ms model GPU", flush=True)
+    json.dump(res, open(a.out, "w"), indent=2)
+    base = res["runs"][0]
+    print(f"\n{res['device']}, {a.shape} (random weights), {a.prompts} prompts ({res['prompt_tokens']} tokens) arriving "
+          f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes {a.busy_ms:g} ms "
+          f"busy / {a.idle_ms:g} ms idle\n")
+    print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")
+    print("| GPU + CPU load processes | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (wall / model GPU) | "
+          "vs alone: prefill GPU, decode step | load bursts/s |\n|---:|---:|---:|---:|---:|---:|")
+    for row in res["runs"]:
+        # Prefill against alone by its GPU time where there is one (CUDA), else its wall time.
+        k = "prefill_gpu_ms" if base["prefill_gpu_ms"] > 0 else "prefill_wall_ms"
+        print(f"| {row['loads']} + {row['cpu_loads']} | {row['tokens_per_s']:.0f} | {row['prefill_wall_ms']:.1f} / {row['prefill_gpu_ms']:.1f} | "
+              f"{row['step_wall_ms']:.2f} / {row['step_model_gpu_ms']:.2f} | {row[k] / max(1e-9, base[k]):.2f}x, "
+              f"{row['step_wall_ms'] / max(1e-9, base['step_wall_ms']):.2f}x | {row['load_bursts_per_s']:.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+"""bench/gpu_sharing.py on the CPU (its load processes then load the CPU): every run measured,
+the load processes stopped afterwards, and a bad run list named."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mc_cli import BINARY, HAS_MODEL, ROOT
+
+pytestmark = pytest.mark.skipif(not HAS_MODEL, reason="needs musacoder-model (libtorch)")
+BENCH = os.path.join(ROOT, "bench", "gpu_sharing.py")
+
+
+def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
+    out = tmp_path / "sharing.json"
+    r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
+                        "--loads", "0,1,0+1", "--prompts", "3", "--prompt-len", "24", "--prompt-len-spread", "8",
+                        "--new-tokens", "4", "--arrive-every", "2", "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [(x["loads"], x["cpu_loads"]) for x in res["runs"]] == [(0, 0), (1, 0), (0, 1)]
+    for x in res["runs"]:
+        assert x["prefill_calls"] >= 1 and x["decode_steps"] >= 4 and x["tokens_per_s"] > 0
+    assert res["runs"][0]["load_bursts_per_s"] == 0 and res["runs"][1]["load_bursts_per_s"] > 0
+    assert "| 0 + 1 |" in r.stdout
+    # No load process outlives its run.
+    left = subprocess.run(["pgrep", "-f", "while True: pass|torch.randn\\(1 << 22"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
+def test_a_bad_run_list_is_named():
+    r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--loads", "1+x"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--loads: runs are G or G+C" in r.stderr
