@@ -1,11 +1,16 @@
 #include "bench/provenance.h"
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 #include <regex>
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "common/fs.h"
+#include "common/hash.h"
+#include "eval/problem.h"
 
 namespace mc::bench {
 namespace {
@@ -63,6 +68,37 @@ std::vector<std::string> decontaminated_against(const json& r, const fs::path& d
     out.push_back(resolve(d.value("benchmark", ""), ""));
   }
   return out;
+}
+
+// The sha256 of every problem's source that `problems` holds (a folder of problems or a
+// KernelBench checkout); empty where it holds none that load.
+std::set<std::string> problem_sources(const std::string& problems) {
+  std::set<std::string> out;
+  if (!fs::is_directory(problems)) return out;
+  try {
+    for (const auto& p : eval::load_problems(problems)) out.insert(sha256_hex(p->source));
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
+// Whether a `musacoder synth` report was decontaminated against every one of `evaluated` by
+// content: a folder it names lists each of them among its problems' hashes. So a copy of the
+// benchmark at another path (a checkout carried to /tmp) is still known (session 47's KernelBench
+// evaluations named it "other").
+bool holds_by_content(const json& r, const std::set<std::string>& evaluated) {
+  if (evaluated.empty() || !r.is_object() || !r.contains("decontamination")) return false;
+  const json& d = r["decontamination"];
+  if (!d.contains("against") || !d["against"].is_array()) return false;
+  for (const auto& a : d["against"]) {
+    if (!a.contains("problem_sha256") || !a["problem_sha256"].is_array()) continue;
+    std::set<std::string> have;
+    for (const auto& h : a["problem_sha256"])
+      if (h.is_string()) have.insert(h.get<std::string>());
+    if (std::includes(have.begin(), have.end(), evaluated.begin(), evaluated.end())) return true;
+  }
+  return false;
 }
 
 bool any_same(const std::vector<std::string>& paths, const fs::path& b) {
@@ -136,11 +172,12 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
     if (f.contains("problems") && f["problems"].is_string()) data.push_back(f["problems"]);
   }
   if (data.empty()) return note("unknown", state.string() + " names no training data.");
-  int clean = 0, kept_out = 0, other = 0, dirty = 0, unknown = 0;
+  int clean = 0, by_content = 0, kept_out = 0, other = 0, dirty = 0, unknown = 0;
   std::string others;
   // Held-out problems synthesized against the training problems (`synth --decontaminate
   // TRAIN/problems`, as the recipe makes them) are clean the other way round.
   const std::vector<std::string> eval_against = eval_set_against(problems);
+  std::optional<std::set<std::string>> evaluated;  // hashed once, where a path does not tell
   for (const auto& d : data) {
     const auto [train_dir, r] = synth_folder(d.get<std::string>());
     if (!train_dir.empty() && any_same(eval_against, train_dir)) {
@@ -151,6 +188,8 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
       ++dirty;
     } else if (any_same(decontaminated_against(r, train_dir), problems)) {
       ++clean;
+    } else if (holds_by_content(r, evaluated ? *evaluated : *(evaluated = problem_sources(problems)))) {
+      ++clean, ++by_content;
     } else {
       ++other;
       others = joined(decontaminated_against(r, train_dir));
@@ -161,7 +200,9 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   if (other) return note("other_benchmark", files + ": decontaminated against " + others + ", not against " + problems + ".", data);
   if (unknown) return note("unknown", files + ": " + std::to_string(unknown) + " of them without a `musacoder synth` report.", data);
   std::string how;
-  if (clean) how = std::to_string(clean) + " synthesized by `musacoder synth --decontaminate` against these problems";
+  if (clean)
+    how = std::to_string(clean) + " synthesized by `musacoder synth --decontaminate` against these problems" +
+          (by_content ? " (" + std::to_string(by_content) + " of them by content: the same problems at another path)" : "");
   if (kept_out)
     how += (how.empty() ? "" : "; ") + std::to_string(kept_out) + " kept out of them: the evaluated problems were "
            "synthesized with --decontaminate against " + joined(eval_against);

@@ -200,8 +200,16 @@ SynthReport run_synthesis(const SynthOptions& o) {
   // ---- 2. decontaminate ------------------------------------------------------------------
   if (!o.decontaminate_dirs.empty()) {
     std::vector<std::string> bench_paths;
-    for (const auto& d : o.decontaminate_dirs)
-      for (const auto& p : eval::load_problems(d)) bench_paths.push_back(p->path);
+    // Each folder's problems by content too (sha256 of each source, sorted): a report read where
+    // the benchmark sits at another path, a copy, still tells it (bench/provenance.cc).
+    std::vector<std::vector<std::string>> sources(o.decontaminate_dirs.size());
+    for (size_t i = 0; i < o.decontaminate_dirs.size(); ++i) {
+      for (const auto& p : eval::load_problems(o.decontaminate_dirs[i])) {
+        bench_paths.push_back(p->path);
+        sources[i].push_back(sha256_hex(p->source));
+      }
+      std::sort(sources[i].begin(), sources[i].end());
+    }
     fmt::print(stderr, "decontaminate: tracing {} benchmark problems and {} candidates\n", bench_paths.size(), items.size());
     Decontaminator dc(trace_problems(bench_paths, tc.python, tc.harness_dir), o.decontamination);
     std::vector<std::string> ours;
@@ -216,9 +224,10 @@ SynthReport run_synthesis(const SynthOptions& o) {
     // made on another machine and carried) still names them (bench/provenance.cc). "benchmark"
     // is the first folder's path, as reports gave it before there could be several.
     nlohmann::json against = nlohmann::json::array();
-    for (const auto& d : o.decontaminate_dirs) {
-      fs::path a = fs::absolute(d).lexically_normal();
-      against.push_back({{"path", a.string()}, {"relative", a.lexically_relative(fs::absolute(out).lexically_normal()).string()}});
+    for (size_t i = 0; i < o.decontaminate_dirs.size(); ++i) {
+      fs::path a = fs::absolute(o.decontaminate_dirs[i]).lexically_normal();
+      against.push_back({{"path", a.string()}, {"relative", a.lexically_relative(fs::absolute(out).lexically_normal()).string()},
+                         {"problem_sha256", sources[i]}});
     }
     report["decontamination"] = {{"benchmark", against[0]["path"]}, {"against", against},
                                  {"benchmark_problems", dc.size()}, {"benchmark_untraced", dc.untraced()},

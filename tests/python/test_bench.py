@@ -7,6 +7,7 @@
   greedy answers agree;
 - an endpoint that fails or times out gives infra errors and no scores;
 - clear errors for an unknown level, a missing problems folder, an unreachable endpoint."""
+import hashlib
 import http.server
 import importlib.util
 import json
@@ -357,6 +358,7 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
     (synth / "dataset.jsonl").write_text("{}\n")
     (model / "trainer_state.json").write_text(json.dumps(
         {"kind": "sft", "fingerprint": {"data": [{"path": str(synth / "dataset.jsonl"), "bytes": 3}]}}))
+    sources = sorted(hashlib.sha256(p.read_bytes()).hexdigest() for p in problems.glob("*.py"))
     for report, status in (({"families": {}}, "not_decontaminated"),
                            ({"families": {}, "decontamination": {"benchmark": str(tmp_path / "elsewhere")}}, "other_benchmark"),
                            ({"families": {}, "decontamination": {"benchmark": str(problems)}}, "decontaminated"),
@@ -364,11 +366,22 @@ def test_tiny_model_engine_and_served_agree(problems, cache, tmp_path):
                            # is gone there, the one relative to the synth folder still holds.
                            ({"families": {}, "decontamination": {"benchmark": "/made/elsewhere/problems", "against": [
                                {"path": "/made/elsewhere/problems", "relative": os.path.relpath(problems, synth)}]}},
-                            "decontaminated")):
+                            "decontaminated"),
+                           # Checked against a copy of these problems at a path gone here (a
+                           # KernelBench checkout carried to /tmp): known by content; with one
+                           # of them missing from its hashes, another benchmark.
+                           ({"families": {}, "decontamination": {"benchmark": "/gone/kb", "against": [
+                               {"path": "/gone/kb", "relative": "gone", "problem_sha256": sources + ["0" * 64]}]}},
+                            "decontaminated"),
+                           ({"families": {}, "decontamination": {"benchmark": "/gone/kb", "against": [
+                               {"path": "/gone/kb", "relative": "gone", "problem_sha256": sources[1:]}]}},
+                            "other_benchmark")):
         (synth / "report.json").write_text(json.dumps(report))
         r = mc(*bench_args(problems, tmp_path / "engine", cache, "--model", model, "--model-device", "cpu", *common,
                            "--resume"))
-        assert json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]["status"] == status, r.stdout
+        d = json.load(open(tmp_path / "engine" / "report.json"))["decontamination"]
+        assert d["status"] == status, r.stdout
+        assert ("by content" in d["text"]) == (status == "decontaminated" and report["decontamination"]["benchmark"] == "/gone/kb")
 
 
 @pytest.mark.skipif(not HAS_MODEL, reason="musacoder-model not built")

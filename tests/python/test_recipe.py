@@ -39,9 +39,12 @@ def test_tiny_recipe_end_to_end(tmp_path):
     ev = json.load(open(run / "synth-eval" / "report.json"))
     assert ev["decontamination"]["benchmark"].endswith("synth/problems")
     assert ev["decontamination"]["against"][0]["relative"] == "../synth/problems"  # a carried seed still names it
-    # RL's own problems, kept clear of both: SFT's (memorized) and evaluation's.
+    # ... and by content: one sha256 per problem it was checked against (a copy elsewhere is known).
+    assert len(set(ev["decontamination"]["against"][0]["problem_sha256"])) == 4
+    # RL's own problems, kept clear of both, SFT's (memorized) and evaluation's, and of KernelBench.
     rl_set = json.load(open(run / "synth-rl" / "report.json"))
-    assert [a["relative"] for a in rl_set["decontamination"]["against"]] == ["../synth/problems", "../synth-eval/problems"]
+    assert [a["relative"] for a in rl_set["decontamination"]["against"]][:2] == ["../synth/problems", "../synth-eval/problems"]
+    assert rl_set["decontamination"]["against"][2]["path"] == os.path.join(ROOT, "tests", "cases", "problems")
     rl_keys = {f"L{p['level']}/{os.path.splitext(os.path.basename(p['path']))[0]}"
                for p in read_jsonl(run / "synth-rl" / "problems.jsonl")}
     assert rl_keys
