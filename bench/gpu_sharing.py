@@ -104,12 +104,18 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--arrive-every", type=int, default=4, help="engine steps between two prompts' arrivals")
     ap.add_argument("--device", default="cuda", help="cpu: a check of this script (fp32, CPU loads)")
+    ap.add_argument("--profile", default="",
+                    help="runs (G or G+C) to repeat under libtorch's profiler after the measured ones "
+                         "(generate --profile): OUT's folder gets gpu_sharing-profile-G+C.md and .json, naming "
+                         "prefill's parts and the host ops")
     a = ap.parse_args()
     gpu = a.device != "cpu"
-    try:
-        loads = [tuple(int(x) for x in (r.split("+") + ["0"])[:2]) for r in a.loads.split(",")]
-    except ValueError:
-        ap.error(f"--loads: runs are G or G+C (whole numbers), got {a.loads}")
+    def runs(spec, what):
+        try:
+            return [tuple(int(x) for x in (r.split("+") + ["0"])[:2]) for r in spec.split(",") if r]
+        except ValueError:
+            ap.error(f"{what}: runs are G or G+C (whole numbers), got {spec}")
+    loads, profiled = runs(a.loads, "--loads"), runs(a.profile, "--profile")
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
     work = tempfile.mkdtemp(prefix="gpu-sharing-")
@@ -126,10 +132,13 @@ def main():
            "device": torch.cuda.get_device_name(0) if gpu else "cpu", "shape": a.shape, "prompts": a.prompts,
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
            "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "runs": []}
-    for n, c in loads:
+    outdir = os.path.dirname(os.path.abspath(a.out))
+    for k, (n, c) in enumerate(loads + profiled):
+        prof = k >= len(loads)
         procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c)
         stats = os.path.join(work, f"stats{n}+{c}.json")
-        cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
+        extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}+{c}")] if prof else []
+        cmd = [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
                str(a.new_tokens), "--ignore-eos", "--max-batch", str(a.prompts), "--dtype", "bf16" if gpu else "fp32",
                "--device", a.device, "--out", "/dev/null", "--stats", stats, "--no-progress",
                "--arrive-every", str(a.arrive_every)]
@@ -140,6 +149,9 @@ def main():
         if r.returncode != 0:
             sys.stderr.write(r.stderr[-3000:])
             raise SystemExit(f"gpu_sharing: musacoder generate failed (rc {r.returncode}) beside {n} GPU and {c} CPU load(s)")
+        if prof:
+            print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}+{c}.md')}", flush=True)
+            continue
         st = json.load(open(stats))
         calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
         row = {"loads": n, "cpu_loads": c, "load_bursts_per_s": bursts / wall if n else 0.0, "seconds": st["seconds"],

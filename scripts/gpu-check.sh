@@ -225,9 +225,11 @@ for stage in $STAGES; do
         --also-cudnn-attention --arrive-every 4 ${PREFILL_ARGS:-} 2>&1 | tee "$OUT/prefill.log" || rc=1 ;;
     sharing)
       # Issue 15: the engine beside processes that load the same GPU as MooreEval's judges do
-      # (bench/gpu_sharing.py): prefill and decode alone and beside 1 and 4 of them. SHARING_ARGS: more options.
+      # (bench/gpu_sharing.py): prefill and decode alone, beside 1 and 4 of them, and beside 8 and 16
+      # CPU-bound processes (as the compile pool's nvcc runs); then alone and beside 16 CPU loads
+      # again under libtorch's profiler (gpu_sharing-profile-*.md). SHARING_ARGS replaces the options.
       # shellcheck disable=SC2086
-      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" ${SHARING_ARGS:-} 2>&1 \
+      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" ${SHARING_ARGS:---profile 0,0+16} 2>&1 \
         | tee "$OUT/sharing.log" || rc=1 ;;
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data

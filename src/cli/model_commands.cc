@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <ATen/Context.h>
 #include <c10/core/InferenceMode.h>
@@ -22,6 +23,7 @@
 #include "model/safetensors.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/chat_template.h"
+#include "train/profiler.h"
 
 namespace mc::cli {
 namespace fs = std::filesystem;
@@ -61,7 +63,8 @@ struct ModelCommands::Impl {
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   int arrive_every = 0, admit_together = 1, admit_wait_steps = 0;
-  std::string stats_file;
+  std::string stats_file, profile_base;
+  bool profile_trace = false;
 
   // score
   CLI::App* score = nullptr;
@@ -141,6 +144,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--out", m.out, "JSONL, one row per sample (default: stdout)");
   m.gen->add_flag("--stream", m.stream, "write each sample as it finishes (completion order), not at the end in prompt order");
   m.gen->add_option("--stats", m.stats_file, "write throughput and memory as JSON here");
+  m.gen->add_option("--profile", m.profile_base,
+                    "profile the generation with libtorch's profiler: BASE.md and BASE.json name where the time "
+                    "went (prefill's parts, decode steps, kernels, host ops); slower while on");
+  m.gen->add_flag("--profile-trace", m.profile_trace, "with --profile, also BASE.trace.json (Chrome trace; large)");
   m.gen->add_flag("--no-progress", m.no_progress, "no progress bar");
 
   m.score = app.add_subcommand("score", "per-token log-probs of given sequences (what RL ratios need)");
@@ -309,6 +316,9 @@ int ModelCommands::Impl::run_generate() {
   no_room.finish_reason = "context_full";
   for (size_t i : full)
     for (int j = 0; j < sp.n; ++j) write_row(i, j, no_room);
+  MC_CHECK(!profile_trace || !profile_base.empty(), "generate: --profile-trace needs --profile BASE");
+  std::optional<train::RegionProfiler> profiler;
+  if (!profile_base.empty()) profiler.emplace(device.is_cuda());
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<gen::Completion>> results;
   if (!reqs.empty()) {
@@ -343,6 +353,26 @@ int ModelCommands::Impl::run_generate() {
     for (size_t k = 0; k < results.size(); ++k)
       for (size_t j = 0; j < results[k].size(); ++j) write_row(req_item[k], j, results[k][j]);
   const auto& st = engine.stats();
+  if (profiler) {
+    // The engine's own clocks first; the profile's tables then name the ops inside them
+    // (engine::prefill, prefill::prepare, prefill::layers, engine::decode_step, engine::compact).
+    const double decode_s = st.step_wall_ms / 1e3, model_s = st.decode_gpu_ms / 1e3, sample_s = st.sample_gpu_ms / 1e3;
+    json phases = json::array(
+        {{{"name", "generate"}, {"s", secs}},
+         {{"name", "prefill (wall)"}, {"s", st.prefill_wall_ms / 1e3}, {"of", "generate"}},
+         {{"name", "prefill: GPU events (model calls, host gaps included)"}, {"s", st.prefill_gpu_ms / 1e3}, {"of", "generate"}},
+         {{"name", "decode: the model's GPU time"}, {"s", model_s}, {"of", "generate"}},
+         {{"name", "decode: sampling's GPU time"}, {"s", sample_s}, {"of", "generate"}},
+         {{"name", "decode: the rest of the step (host, copies)"}, {"s", std::max(0.0, decode_s - model_s - sample_s)}, {"of", "generate"}},
+         {{"name", "between engine steps"}, {"s", std::max(0.0, secs - decode_s - st.prefill_wall_ms / 1e3)}, {"of", "generate"}}});
+    json p = profiler->stop(profile_base,
+                            fmt::format("generate: {} prompts, {} samples, {} prefill calls, {} decode steps (profiler on, "
+                                        "so slower than without)",
+                                        items.size(), samples, st.prefill_calls, st.decode_steps),
+                            phases, profile_trace);
+    fmt::print(stderr, "generate: profile in {}.md (GPU busy {:.0f}% of it)\n", profile_base,
+               100 * p.value("gpu_busy_share", 0.0));
+  }
   auto peak = peak_memory_gib(device);
   double tps = st.generated_tokens / secs;
   fmt::print(stderr,

@@ -8,6 +8,7 @@
 #include <tuple>
 
 #include <ATen/Context.h>
+#include <ATen/record_function.h>
 
 #include "common/check.h"
 #include "generate/counter_rng.h"
@@ -280,6 +281,9 @@ struct GenerationEngine::Impl {
       }
     }
     if (batch.empty()) return false;
+    // Named in a profile (generate --profile, train rl --profile-step): the admission's host
+    // work, the model's prefill and the first tokens' sampling.
+    RECORD_USER_SCOPE("engine::prefill");
     auto t0 = std::chrono::steady_clock::now();
     // Requests whose kept entry is still there continue it; the rest are prefilled from the start.
     std::vector<std::shared_ptr<Pending>> fresh;
@@ -433,6 +437,7 @@ struct GenerationEngine::Impl {
   }
 
   void decode_step() {
+    RECORD_USER_SCOPE("engine::decode_step");
     int64_t top = 0, max_pos = 0;
     for (int64_t i = 0; i < opts.max_batch; ++i)
       if (running[i]) {
@@ -529,6 +534,7 @@ struct GenerationEngine::Impl {
     for (int64_t i = opts.max_batch - 1; i >= 0 && top == 0; --i)
       if (running[i]) top = i + 1;
     if (num_running == 0 || next_pow2(std::max<int64_t>(num_running, 8)) >= next_pow2(std::max<int64_t>(top, 8))) return;
+    RECORD_USER_SCOPE("engine::compact");
     for (int64_t hi = top - 1; hi >= 0 && !free_slots.empty(); --hi) {
       if (!running[hi]) continue;
       const int64_t lo = *free_slots.begin();

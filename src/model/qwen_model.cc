@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/record_function.h>
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/custom_function.h>
 
@@ -419,6 +420,10 @@ at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& star
 at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int64_t>& start, const at::Tensor& lengths,
                                    const std::vector<std::vector<int64_t>>& write, KvCache& cache) const {
   const int64_t B = ids.size(0), T = ids.size(1), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
+  // A profile's names for prefill's parts: the host's index building and copies, then the layers
+  // and the last tokens' logits (generate --profile, train rl --profile-step).
+  at::RecordFunction prepare(at::RecordScope::USER_SCOPE);
+  if (prepare.isActive()) prepare.before("prefill::prepare", c10::ArrayRef<const c10::IValue>{});
   auto ids_h = ids.to(at::kCPU, at::kLong).contiguous();
   auto len = lengths.to(at::kCPU, at::kLong).contiguous();
   const int64_t* lp = len.data_ptr<int64_t>();
@@ -463,6 +468,8 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
   auto keys_d = continues ? at::tensor(keys).to(device()) : at::Tensor();
   auto cu_d = at::tensor(cu).to(device(), at::kInt), cuk_d = at::tensor(cuk).to(device(), at::kInt);
   const bool flash = embed_.is_cuda() && (embed_.scalar_type() == at::kBFloat16 || embed_.scalar_type() == at::kHalf);
+  prepare.end();
+  RECORD_USER_SCOPE("prefill::layers");
   auto h = run_layers(
       at::embedding(embed_, at::cat(flat).to(device())).unsqueeze(0), at::cat(pos).to(device()).unsqueeze(0),
       [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {

@@ -1,5 +1,6 @@
 """bench/gpu_sharing.py on the CPU (its load processes then load the CPU): every run measured,
-the load processes stopped afterwards, and a bad run list named."""
+a profiled repeat that names the engine's parts, the load processes stopped afterwards, and a
+bad run list named."""
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
     out = tmp_path / "sharing.json"
     r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
                         "--loads", "0,1,0+1", "--prompts", "3", "--prompt-len", "24", "--prompt-len-spread", "8",
-                        "--new-tokens", "4", "--arrive-every", "2", "--out", out],
+                        "--new-tokens", "4", "--arrive-every", "2", "--profile", "0", "--out", out],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
@@ -26,6 +27,11 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
         assert x["prefill_calls"] >= 1 and x["decode_steps"] >= 4 and x["tokens_per_s"] > 0
     assert res["runs"][0]["load_bursts_per_s"] == 0 and res["runs"][1]["load_bursts_per_s"] > 0
     assert "| 0 + 1 |" in r.stdout
+    # The profiled repeat names the engine's prefill (its layers) and decode steps among the host
+    # ops (generate --profile); prefill::prepare is too small on the CPU to reach the top rows.
+    md = (tmp_path / "gpu_sharing-profile-0+0.md").read_text()
+    for scope in ("engine::prefill", "prefill::layers", "engine::decode_step"):
+        assert scope in md, scope
     # No load process outlives its run.
     left = subprocess.run(["pgrep", "-f", "while True: pass|torch.randn\\(1 << 22"], capture_output=True, text=True)
     assert left.stdout.strip() == ""
