@@ -31,11 +31,24 @@ from generate_bench import SHAPES, make_model  # noqa: E402
 # One judge-like process: tensors of a level-1 problem's size, a burst of elementwise work,
 # a reduction and a small matmul, synchronized, for busy_ms; then idle_ms asleep. It writes its
 # burst count to `count` when stopped (SIGTERM).
+# With kernel_ms > 0 a burst is instead one fp32 matmul that runs about kernel_ms on its own, as
+# a judge's trial of a slow reference or candidate does (recipes/small's problems may take up to
+# 200 ms in eager PyTorch): the GPU then has a long kernel of another context to switch around.
 LOAD = r"""
 import signal, sys, time, torch
-dev, busy, idle, ready, count = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5]
+dev, busy, idle, ready, count, kernel_ms = (sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4],
+                                            sys.argv[5], float(sys.argv[6]))
 x = torch.randn(1 << 22, device=dev); w = torch.randn(512, 512, device=dev)
 sync = torch.cuda.synchronize if dev == "cuda" else (lambda: None)
+big = None
+if kernel_ms > 0:
+    torch.backends.cuda.matmul.allow_tf32 = False
+    n = 1024
+    while True:  # the size whose matmul takes about kernel_ms here
+        big = torch.randn(n, n, device=dev); sync(); t = time.perf_counter(); big @ big; sync()
+        took = (time.perf_counter() - t) * 1e3
+        if took >= kernel_ms or n >= 16384: break
+        n = min(16384, int(n * max(1.1, (kernel_ms / max(took, 1e-3)) ** (1 / 3))))
 sync(); open(ready, "w").close()
 bursts = 0
 def stop(*_):
@@ -43,9 +56,12 @@ def stop(*_):
 signal.signal(signal.SIGTERM, stop)
 while True:
     t = time.perf_counter()
-    while (time.perf_counter() - t) * 1e3 < busy:
-        y = torch.relu(x * 1.5 + 0.5).sum() + (w @ w).sum()
-        sync()
+    if big is not None:
+        big @ big; sync()
+    else:
+        while (time.perf_counter() - t) * 1e3 < busy:
+            y = torch.relu(x * 1.5 + 0.5).sum() + (w @ w).sum()
+            sync()
     bursts += 1
     if idle > 0: time.sleep(idle / 1e3)
 """
@@ -55,14 +71,15 @@ while True:
 SPIN = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass\n"
 
 
-def start_loads(n, device, busy, idle, work, cpu=0):
+def start_loads(n, device, busy, idle, work, cpu=0, kernel_ms=0.0):
     procs = [(subprocess.Popen([sys.executable, "-c", SPIN]), None, None) for _ in range(cpu)]
     for i in range(n):
         ready, count = os.path.join(work, f"ready{i}"), os.path.join(work, f"count{i}")
         for f in (ready, count):
             if os.path.exists(f):
                 os.remove(f)
-        procs.append((subprocess.Popen([sys.executable, "-c", LOAD, device, str(busy), str(idle), ready, count]),
+        procs.append((subprocess.Popen([sys.executable, "-c", LOAD, device, str(busy), str(idle), ready, count,
+                                        str(kernel_ms)]),
                       ready, count))
     deadline = time.time() + 120
     while not all(r is None or os.path.exists(r) for _, r, _ in procs):
@@ -98,6 +115,8 @@ def main():
                     help="one run each: G (GPU load processes beside the engine) or G+C (and C CPU load processes)")
     ap.add_argument("--busy-ms", type=float, default=3.0, help="a load process's burst of GPU work")
     ap.add_argument("--idle-ms", type=float, default=3.0, help="its idle time between bursts")
+    ap.add_argument("--kernel-ms", type=float, default=0.0,
+                    help="a burst is one long kernel of about this many ms instead (a slow trial), then --idle-ms")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=1500)
     ap.add_argument("--prompt-len-spread", type=int, default=700)
@@ -106,7 +125,7 @@ def main():
     ap.add_argument("--device", default="cuda", help="cpu: a check of this script (fp32, CPU loads)")
     ap.add_argument("--profile", default="",
                     help="runs (G or G+C) to repeat under libtorch's profiler after the measured ones "
-                         "(generate --profile): OUT's folder gets gpu_sharing-profile-G+C.md and .json, naming "
+                         "(generate --profile): OUT's folder gets gpu_sharing-profile-G_C.md and .json, naming "
                          "prefill's parts and the host ops")
     a = ap.parse_args()
     gpu = a.device != "cpu"
@@ -131,13 +150,13 @@ def main():
     res = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(0) if gpu else "cpu", "shape": a.shape, "prompts": a.prompts,
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
-           "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "runs": []}
+           "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "kernel_ms": a.kernel_ms, "runs": []}
     outdir = os.path.dirname(os.path.abspath(a.out))
     for k, (n, c) in enumerate(loads + profiled):
         prof = k >= len(loads)
-        procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c)
+        procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c, a.kernel_ms)
         stats = os.path.join(work, f"stats{n}+{c}.json")
-        extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}+{c}")] if prof else []
+        extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
         cmd = [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
                str(a.new_tokens), "--ignore-eos", "--max-batch", str(a.prompts), "--dtype", "bf16" if gpu else "fp32",
                "--device", a.device, "--out", "/dev/null", "--stats", stats, "--no-progress",
@@ -150,7 +169,7 @@ def main():
             sys.stderr.write(r.stderr[-3000:])
             raise SystemExit(f"gpu_sharing: musacoder generate failed (rc {r.returncode}) beside {n} GPU and {c} CPU load(s)")
         if prof:
-            print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}+{c}.md')}", flush=True)
+            print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}_{c}.md')}", flush=True)
             continue
         st = json.load(open(stats))
         calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
@@ -167,8 +186,8 @@ def main():
     json.dump(res, open(a.out, "w"), indent=2)
     base = res["runs"][0]
     print(f"\n{res['device']}, {a.shape} (random weights), {a.prompts} prompts ({res['prompt_tokens']} tokens) arriving "
-          f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes {a.busy_ms:g} ms "
-          f"busy / {a.idle_ms:g} ms idle\n")
+          f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes "
+          + (f"one ~{a.kernel_ms:g} ms kernel" if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
     print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")
     print("| GPU + CPU load processes | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (wall / model GPU) | "
           "vs alone: prefill GPU, decode step | load bursts/s |\n|---:|---:|---:|---:|---:|---:|")

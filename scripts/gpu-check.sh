@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill and sharing are run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing and gemm-shapes are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -225,12 +225,21 @@ for stage in $STAGES; do
         --also-cudnn-attention --arrive-every 4 ${PREFILL_ARGS:-} 2>&1 | tee "$OUT/prefill.log" || rc=1 ;;
     sharing)
       # Issue 15: the engine beside processes that load the same GPU as MooreEval's judges do
-      # (bench/gpu_sharing.py): prefill and decode alone, beside 1 and 4 of them, and beside 8 and 16
-      # CPU-bound processes (as the compile pool's nvcc runs); then alone and beside 16 CPU loads
-      # again under libtorch's profiler (gpu_sharing-profile-*.md). SHARING_ARGS replaces the options.
+      # (bench/gpu_sharing.py): prefill and decode alone, beside 1 and 4 bursting small kernels,
+      # and beside 8 and 16 CPU-bound processes (as the compile pool's nvcc runs); alone and beside
+      # 16 CPU loads again under libtorch's profiler (gpu_sharing-profile-*.md). SHARING_ARGS
+      # replaces those options. Then beside 1 and 2 processes running one long kernel after another
+      # (a slow trial; SHARING_LONG_ARGS), into gpu_sharing-long.json.
       # shellcheck disable=SC2086
       python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" ${SHARING_ARGS:---profile 0,0+16} 2>&1 \
-        | tee "$OUT/sharing.log" || rc=1 ;;
+        | tee "$OUT/sharing.log" || rc=1
+      # shellcheck disable=SC2086
+      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
+        ${SHARING_LONG_ARGS:---loads 0,1,2 --kernel-ms 20 --idle-ms 5} 2>&1 | tee "$OUT/sharing-long.log" || rc=1 ;;
+    gemm-shapes)
+      # Issue 15: a GEMM's host cost for a shape seen before against a new one (bench/gemm_shapes.py):
+      # whether prefill's ~200 us per aten::mm is the library meeting a new token count every call.
+      python3 bench/gemm_shapes.py --out "$OUT/gemm_shapes.json" ${GEMM_SHAPES_ARGS:-} 2>&1 | tee "$OUT/gemm-shapes.log" || rc=1 ;;
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
       # and batch, in this run; then the curves as an image.

@@ -1,6 +1,7 @@
-"""bench/gpu_sharing.py on the CPU (its load processes then load the CPU): every run measured,
-a profiled repeat that names the engine's parts, the load processes stopped afterwards, and a
-bad run list named."""
+"""Issue 15's engine benches on the CPU. bench/gpu_sharing.py, whose load processes then load
+the CPU: every run measured, a profiled repeat that names the engine's parts, long-kernel loads,
+the load processes stopped afterwards, and a bad run list named. bench/gemm_shapes.py: every
+GEMM timed three ways."""
 import json
 import os
 import subprocess
@@ -29,7 +30,7 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
     assert "| 0 + 1 |" in r.stdout
     # The profiled repeat names the engine's prefill (its layers) and decode steps among the host
     # ops (generate --profile); prefill::prepare is too small on the CPU to reach the top rows.
-    md = (tmp_path / "gpu_sharing-profile-0+0.md").read_text()
+    md = (tmp_path / "gpu_sharing-profile-0_0.md").read_text()
     for scope in ("engine::prefill", "prefill::layers", "engine::decode_step"):
         assert scope in md, scope
     # No load process outlives its run.
@@ -37,6 +38,32 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
     assert left.stdout.strip() == ""
 
 
+def test_long_kernel_loads_run(tmp_path):
+    """--kernel-ms: each load process runs one long matmul after another (here on the CPU)."""
+    out = tmp_path / "long.json"
+    r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
+                        "--loads", "1", "--kernel-ms", "5", "--idle-ms", "1", "--prompts", "2", "--prompt-len", "16",
+                        "--prompt-len-spread", "4", "--new-tokens", "3", "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["kernel_ms"] == 5 and res["runs"][0]["load_bursts_per_s"] > 0
+    assert "one ~5 ms kernel" in r.stdout
+
+
 def test_a_bad_run_list_is_named():
     r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--loads", "1+x"], capture_output=True, text=True)
     assert r.returncode != 0 and "--loads: runs are G or G+C" in r.stderr
+
+
+def test_gemm_shapes_reports_every_gemm_and_order(tmp_path):
+    """bench/gemm_shapes.py (the other half of issue 15's prefill question) on the CPU: each of
+    the recipe's GEMMs timed for the same M, a new M every call, and M rounded to the bucket."""
+    out = tmp_path / "gemm.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gemm_shapes.py"), "--device", "cpu", "--calls", "3",
+                        "--m-range", "16,80", "--bucket", "16", "--out", out], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [row["gemm"] for row in res["rows"]] == ["qkv", "o", "gate_up", "down"]
+    for row in res["rows"]:
+        assert all(row[k + "_host_us"] > 0 for k in ("same_m", "new_m", "bucketed_m"))
