@@ -177,7 +177,12 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
   // Held-out problems synthesized against the training problems (`synth --decontaminate
   // TRAIN/problems`, as the recipe makes them) are clean the other way round.
   const std::vector<std::string> eval_against = eval_set_against(problems);
-  std::optional<std::set<std::string>> evaluated;  // hashed once, where a path does not tell
+  // The evaluated problems' hashes, computed the first time a path does not tell.
+  std::optional<std::set<std::string>> evaluated;
+  auto evaluated_sources = [&]() -> const std::set<std::string>& {
+    if (!evaluated) evaluated = problem_sources(problems);
+    return *evaluated;
+  };
   for (const auto& d : data) {
     const auto [train_dir, r] = synth_folder(d.get<std::string>());
     if (!train_dir.empty() && any_same(eval_against, train_dir)) {
@@ -188,7 +193,7 @@ json decontamination_note(const std::string& model_dir, const std::string& probl
       ++dirty;
     } else if (any_same(decontaminated_against(r, train_dir), problems)) {
       ++clean;
-    } else if (holds_by_content(r, evaluated ? *evaluated : *(evaluated = problem_sources(problems)))) {
+    } else if (holds_by_content(r, evaluated_sources())) {
       ++clean, ++by_content;
     } else {
       ++other;
