@@ -518,4 +518,10 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       tar czf "$OUT/synth.tgz" -C "$OUT" synth && rm -rf "$OUT/synth" ;;
   esac
 done
+# The device tool brings back only names made of letters, digits, '.', '_' and '-' (session 47
+# lost two profiles named ...-0+16.md): any other character becomes '_', and is said.
+find "$OUT" -mindepth 1 -depth -name '*[!A-Za-z0-9._-]*' 2>/dev/null | while read -r f; do
+  b=$(basename "$f"); to="$(dirname "$f")/$(printf '%s' "$b" | tr -c 'A-Za-z0-9._-' '_')"
+  [ -e "$to" ] || { mv "$f" "$to" && echo "renamed for the device tool: $b -> $(basename "$to")"; }
+done
 exit $rc
