@@ -204,6 +204,7 @@ std::optional<int> ModelCommands::run() {
 }
 
 int ModelCommands::Impl::run_generate() {
+  MC_CHECK(!profile_trace || !profile_base.empty(), "generate: --profile-trace needs --profile BASE");
   auto device = parse_device(gm.device);
   auto tokenizer = load_tokenizer(gm.dir);
   auto model = model::QwenModel::load(gm.dir, device, parse_dtype(gm.dtype));
@@ -316,7 +317,6 @@ int ModelCommands::Impl::run_generate() {
   no_room.finish_reason = "context_full";
   for (size_t i : full)
     for (int j = 0; j < sp.n; ++j) write_row(i, j, no_room);
-  MC_CHECK(!profile_trace || !profile_base.empty(), "generate: --profile-trace needs --profile BASE");
   std::optional<train::RegionProfiler> profiler;
   if (!profile_base.empty()) profiler.emplace(device.is_cuda());
   auto t0 = std::chrono::steady_clock::now();
@@ -356,15 +356,12 @@ int ModelCommands::Impl::run_generate() {
   if (profiler) {
     // The engine's own clocks first; the profile's tables then name the ops inside them
     // (engine::prefill, prefill::prepare, prefill::layers, engine::decode_step, engine::compact).
-    const double decode_s = st.step_wall_ms / 1e3, model_s = st.decode_gpu_ms / 1e3, sample_s = st.sample_gpu_ms / 1e3;
-    json phases = json::array(
-        {{{"name", "generate"}, {"s", secs}},
-         {{"name", "prefill (wall)"}, {"s", st.prefill_wall_ms / 1e3}, {"of", "generate"}},
-         {{"name", "prefill: GPU events (model calls, host gaps included)"}, {"s", st.prefill_gpu_ms / 1e3}, {"of", "generate"}},
-         {{"name", "decode: the model's GPU time"}, {"s", model_s}, {"of", "generate"}},
-         {{"name", "decode: sampling's GPU time"}, {"s", sample_s}, {"of", "generate"}},
-         {{"name", "decode: the rest of the step (host, copies)"}, {"s", std::max(0.0, decode_s - model_s - sample_s)}, {"of", "generate"}},
-         {{"name", "between engine steps"}, {"s", std::max(0.0, secs - decode_s - st.prefill_wall_ms / 1e3)}, {"of", "generate"}}});
+    json phases = json::array({{{"name", "generate"}, {"s", secs}}});
+    for (const auto& p : train::engine_phases(st)) phases.push_back(p);
+    phases.push_back({{"name", "prefill: GPU events (model calls, host gaps included)"}, {"s", st.prefill_gpu_ms / 1e3},
+                      {"of", "generate"}});
+    phases.push_back({{"name", "between engine steps"},
+                      {"s", std::max(0.0, secs - st.step_wall_ms / 1e3 - st.prefill_wall_ms / 1e3)}, {"of", "generate"}});
     json p = profiler->stop(profile_base,
                             fmt::format("generate: {} prompts, {} samples, {} prefill calls, {} decode steps (profiler on, "
                                         "so slower than without)",

@@ -899,22 +899,17 @@ RlResult run_rl(const RlOptions& o) {
     log.log("rl", step + 1, row);
     if (profiler) {
       // Phases the step measured itself; generation's parts from the engine's own clocks.
-      const double gen_s = rstats.generate_s, decode_s = gd.step_wall_ms / 1e3;
-      const double model_s = gd.decode_gpu_ms / 1e3, sample_s = gd.sample_gpu_ms / 1e3;
-      json phases = json::array(
-          {{{"name", "generate"}, {"s", gen_s}},
-           {{"name", "decode: the model's GPU time"}, {"s", model_s}, {"of", "generate"}},
-           {{"name", "decode: sampling's GPU time"}, {"s", sample_s}, {"of", "generate"}},
-           {{"name", "decode: the rest of the step (host, copies)"}, {"s", std::max(0.0, decode_s - model_s - sample_s)}, {"of", "generate"}},
-           {{"name", "prefill"}, {"s", gd.prefill_wall_ms / 1e3}, {"of", "generate"}},
-           {{"name", "between decode steps (taking tokens, answers to MooreEval)"},
-            {"s", std::max(0.0, gen_s - decode_s - gd.prefill_wall_ms / 1e3)}, {"of", "generate"}},
-           {{"name", "answers handed to MooreEval (extraction, static checks, compile submitted)"},
-            {"s", rstats.submit_s}, {"of", "generate"}},
-           {{"name", "waiting for MooreEval"}, {"s", rstats.verify_wait_s}},
-           {{"name", "train"}, {"s", train_s}},
-           {{"name", "rest of the step (rewards, advantages, bookkeeping)"},
-            {"s", std::max(0.0, step_s - gen_s - rstats.verify_wait_s - train_s)}}});
+      const double gen_s = rstats.generate_s;
+      json phases = json::array({{{"name", "generate"}, {"s", gen_s}}});
+      for (const auto& p : train::engine_phases(gd)) phases.push_back(p);
+      phases.push_back({{"name", "between decode steps (taking tokens, answers to MooreEval)"},
+                        {"s", std::max(0.0, gen_s - gd.step_wall_ms / 1e3 - gd.prefill_wall_ms / 1e3)}, {"of", "generate"}});
+      phases.push_back({{"name", "answers handed to MooreEval (extraction, static checks, compile submitted)"},
+                        {"s", rstats.submit_s}, {"of", "generate"}});
+      phases.push_back({{"name", "waiting for MooreEval"}, {"s", rstats.verify_wait_s}});
+      phases.push_back({{"name", "train"}, {"s", train_s}});
+      phases.push_back({{"name", "rest of the step (rewards, advantages, bookkeeping)"},
+                        {"s", std::max(0.0, step_s - gen_s - rstats.verify_wait_s - train_s)}});
       const std::string base = (fs::path(o.out_dir) / "profile" / fmt::format("step-{}", step + 1)).string();
       json p = profiler->stop(base,
                               fmt::format("RL step {} ({} decode steps, {:.0f} rows each, span {:.0f}; profiler on, so "

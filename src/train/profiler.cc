@@ -48,6 +48,15 @@ json table_json(const std::vector<std::pair<std::string, Sum>>& rows) {
 
 }  // namespace
 
+json engine_phases(const gen::EngineStats& d) {
+  const double decode_s = d.step_wall_ms / 1e3, model_s = d.decode_gpu_ms / 1e3, sample_s = d.sample_gpu_ms / 1e3;
+  return json::array(
+      {{{"name", "decode: the model's GPU time"}, {"s", model_s}, {"of", "generate"}},
+       {{"name", "decode: sampling's GPU time"}, {"s", sample_s}, {"of", "generate"}},
+       {{"name", "decode: the rest of the step (host, copies)"}, {"s", std::max(0.0, decode_s - model_s - sample_s)}, {"of", "generate"}},
+       {{"name", "prefill"}, {"s", d.prefill_wall_ms / 1e3}, {"of", "generate"}}});
+}
+
 RegionProfiler::RegionProfiler(bool cuda) : cuda_(cuda) {
   impl::ProfilerConfig cfg(impl::ProfilerState::KINETO);
   std::set<impl::ActivityType> acts{impl::ActivityType::CPU};

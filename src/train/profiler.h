@@ -18,7 +18,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "generate/engine.h"
+
 namespace mc::train {
+
+// A generation's parts from the engine's own clocks, as phases under "generate" for stop():
+// decode steps' model and sampling GPU time, the rest of those steps (host, copies), prefill.
+nlohmann::json engine_phases(const gen::EngineStats& d);
 
 class RegionProfiler {
  public:

@@ -385,6 +385,11 @@ def test_ablation_switches(setup):
     assert s1["gen_decode_steps"] > 0 and 1 <= s1["gen_rows_per_decode_step"] <= 4 and s1["gen_span_mean"] > 0
     prof = json.load(open(out / "profile" / "step-2.json"))
     assert prof["largest"]["phase"] in {"generate", "waiting for MooreEval", "train"}, prof["largest"]
+    assert [p["name"] for p in prof["phases"]] == [
+        "generate", "decode: the model's GPU time", "decode: sampling's GPU time",
+        "decode: the rest of the step (host, copies)", "prefill", "between decode steps (taking tokens, answers to MooreEval)",
+        "answers handed to MooreEval (extraction, static checks, compile submitted)", "waiting for MooreEval", "train",
+        "rest of the step (rewards, advantages, bookkeeping)"], prof["phases"]
     ops = {o["name"] for o in prof["host_ops"]}
     assert "aten::mm" in ops or "aten::matmul" in ops or "aten::linear" in ops, ops
     md = open(out / "profile" / "step-2.md").read()
