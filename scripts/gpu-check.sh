@@ -229,12 +229,12 @@ for stage in $STAGES; do
       # and beside 8 and 16 CPU-bound processes (as the compile pool's nvcc runs); alone and beside
       # 16 CPU loads again under libtorch's profiler (gpu_sharing-profile-*.md). SHARING_ARGS
       # replaces those options. Then beside 1 and 2 processes running one long kernel after another
-      # (a slow trial; SHARING_LONG_ARGS), into gpu_sharing-long.json.
+      # (a slow trial; SHARING_LONG_ARGS), into gpu_sharing-long.json. Either set to "none" skips it.
       # shellcheck disable=SC2086
-      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" ${SHARING_ARGS:---profile 0,0+16} 2>&1 \
-        | tee "$OUT/sharing.log" || rc=1
+      [ "${SHARING_ARGS:-}" = none ] || python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" \
+        ${SHARING_ARGS:---profile 0,0+16} 2>&1 | tee "$OUT/sharing.log" || rc=1
       # shellcheck disable=SC2086
-      python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
+      [ "${SHARING_LONG_ARGS:-}" = none ] || python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
         ${SHARING_LONG_ARGS:---loads 0,1,2 --kernel-ms 20 --idle-ms 5} 2>&1 | tee "$OUT/sharing-long.log" || rc=1 ;;
     gemm-shapes)
       # Issue 15: a GEMM's host cost for a shape seen before against a new one (bench/gemm_shapes.py):
@@ -343,8 +343,10 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
           ${PIPE_ARGS:---format native --temperature 0.9 --order shuffle --group-size 8 --level 1 --max-problems 48 $keep
           --prompts-per-step 8 --max-new-tokens 2048 --stop-loops 512 --max-seq-len 16384 --micro-batch-tokens 32768
           --timing-budget 0.1 --lr 1e-6 --seed 1} 2>&1 | tee "$OUT/rl-pipeline.log" || rc=1
-        # One file back (a call brings back 8 at most): the summary, each arm's log and metrics.
-        (cd /tmp/rl-pipeline && tar czf "$OUT/rl-pipeline.tgz" SUMMARY.json ./*.log ./*/metrics.jsonl 2>/dev/null)
+        # One file back (a call brings back 8 at most): the summary, each arm's log and metrics, and
+        # the summaries of steps profiled with `--profile-step N` in PIPE_ARGS (not their traces).
+        (cd /tmp/rl-pipeline && tar czf "$OUT/rl-pipeline.tgz" SUMMARY.json ./*.log ./*/metrics.jsonl \
+          $(ls ./*/profile/step-*.md ./*/profile/step-*.json 2>/dev/null | grep -v trace) 2>/dev/null)
       fi ;;
     port-roundtrip)
       # Issue 18: the GPU suite's cases (and the synth stage's solutions, when it ran first)
