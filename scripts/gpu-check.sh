@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing and gemm-shapes are run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes and prefill-buckets are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -236,6 +236,13 @@ for stage in $STAGES; do
       # shellcheck disable=SC2086
       [ "${SHARING_LONG_ARGS:-}" = none ] || python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
         ${SHARING_LONG_ARGS:---loads 0,1,2 --kernel-ms 20 --idle-ms 5} 2>&1 | tee "$OUT/sharing-long.log" || rc=1 ;;
+    prefill-buckets)
+      # Issue 15: prefill padded to model::prefill_bucket's few sizes (the engine's default on CUDA)
+      # against exactly the prompts' tokens (--exact-prefill), runs alternating
+      # (bench/prefill_buckets.py; PREFILL_BUCKETS_ARGS adds options).
+      # shellcheck disable=SC2086
+      python3 bench/prefill_buckets.py --musacoder "$BIN" --out "$OUT/prefill_buckets.json" ${PREFILL_BUCKETS_ARGS:-} 2>&1 \
+        | tee "$OUT/prefill-buckets.log" || rc=1 ;;
     gemm-shapes)
       # Issue 15: a GEMM's host cost for a shape seen before against a new one (bench/gemm_shapes.py):
       # whether prefill's ~200 us per aten::mm is the library meeting a new token count every call.

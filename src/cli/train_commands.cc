@@ -161,6 +161,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_flag("--cudnn-attention", r.cudnn_attention,
               "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
               "(default off: flash attention)");
+  l->add_flag("--exact-prefill", r.exact_prefill,
+              "prefill exactly the prompts' tokens, without padding each call to one of a few sizes (the engine "
+              "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");

@@ -285,6 +285,7 @@ struct GenerationEngine::Impl {
     // work, the model's prefill and the first tokens' sampling.
     RECORD_USER_SCOPE("engine::prefill");
     auto t0 = std::chrono::steady_clock::now();
+    const bool bucket = opts.prefill_buckets && model.device().is_cuda();
     // Requests whose kept entry is still there continue it; the rest are prefilled from the start.
     std::vector<std::shared_ptr<Pending>> fresh;
     std::vector<std::pair<std::shared_ptr<Pending>, Kept>> conts;
@@ -344,7 +345,11 @@ struct GenerationEngine::Impl {
         }
       }
       gpu_begin();
-      auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache);
+      auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache, bucket);
+      if (bucket) {
+        const int64_t n = lengths.sum().item<int64_t>();
+        stats.padded_tokens += model::prefill_bucket(n) - n;
+      }
       ++stats.prefill_calls;
       logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
     }
@@ -372,7 +377,11 @@ struct GenerationEngine::Impl {
         start_seq(conts[r].first, 0, conts[r].second.slot);
       }
       gpu_begin();
-      logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache));
+      logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache, bucket));
+      if (bucket) {
+        const int64_t n = lengths.sum().item<int64_t>();
+        stats.padded_tokens += model::prefill_bucket(n) - n;
+      }
       ++stats.prefill_calls;
       stats.continued += b;
     }
@@ -598,6 +607,7 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.reused_tokens = b.reused_tokens - a.reused_tokens;
   d.continued = b.continued - a.continued;
   d.kept_evicted = b.kept_evicted - a.kept_evicted;
+  d.padded_tokens = b.padded_tokens - a.padded_tokens;
   d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;

@@ -98,6 +98,10 @@ struct EngineOptions {
   // native), which has no per-shape plan. The switch is libtorch's and process-wide
   // (at::globalContext().setSDPUseCuDNN); training's attention calls flash directly.
   bool cudnn_attention = false;
+  // On CUDA, each prefill call's packed tokens are padded to model::prefill_bucket's count, so
+  // that its GEMMs meet shapes cuBLAS has seen (a new one costs the host 0.4-1.3 ms a GEMM on
+  // an H200). Off: exactly the prompts' tokens (the engine before session 48). Not on the CPU.
+  bool prefill_buckets = true;
 };
 
 struct EngineStats {
@@ -118,8 +122,9 @@ struct EngineStats {
   double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
   // Prefill's model calls on the GPU (CUDA events; CUDA only). Against prefill_wall_ms: whether
   // prefill computes or waits (a GPU shared with MooreEval's judges). What it computes is
-  // prompt_tokens - reused_tokens: prefill packs its rows, without padding.
+  // prompt_tokens - reused_tokens, packed, plus padded_tokens (EngineOptions::prefill_buckets).
   double prefill_gpu_ms = 0;
+  int64_t padded_tokens = 0;  // padding prefill computed and threw away (prefill_buckets)
 };
 
 // Cache slots for a run that never decodes more than `sequences` at once: the power of two at

@@ -390,8 +390,14 @@ KvCache QwenModel::make_cache(int64_t slots, int64_t max_len) const {
   return c;
 }
 
+int64_t prefill_bucket(int64_t n) {
+  int64_t g = 64;
+  while (g * 16 <= n) g *= 2;
+  return (n + g - 1) / g * g;
+}
+
 at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
-                              const at::Tensor& slots, KvCache& cache) const {
+                              const at::Tensor& slots, KvCache& cache, bool bucket) const {
   MC_CHECK(ids.dim() == 2 && lengths.numel() == ids.size(0) && rows.numel() == slots.numel(),
            "prefill: ids [b, L], b lengths and as many rows as slots, got ids ", shape_str(ids.sizes()), ", ",
            lengths.numel(), " lengths, ", rows.numel(), " rows, ", slots.numel(), " slots");
@@ -402,11 +408,11 @@ at::Tensor QwenModel::prefill(const at::Tensor& ids, const at::Tensor& lengths, 
     MC_CHECK(r >= 0 && r < ids.size(0), "prefill: row ", r, " of ", ids.size(0));
     write[r].push_back(sl.data_ptr<int64_t>()[j]);
   }
-  return prefill_rows(ids, std::vector<int64_t>(ids.size(0), 0), lengths, write, cache);
+  return prefill_rows(ids, std::vector<int64_t>(ids.size(0), 0), lengths, write, cache, bucket);
 }
 
 at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
-                                  const at::Tensor& slots, KvCache& cache) const {
+                                  const at::Tensor& slots, KvCache& cache, bool bucket) const {
   const int64_t B = ids.size(0);
   MC_CHECK(ids.dim() == 2 && starts.numel() == B && lengths.numel() == B && slots.numel() == B, "prefill_from: ", B,
            " rows need as many starts, lengths and slots");
@@ -414,11 +420,11 @@ at::Tensor QwenModel::prefill_from(const at::Tensor& ids, const at::Tensor& star
   std::vector<int64_t> start(st.data_ptr<int64_t>(), st.data_ptr<int64_t>() + B);
   std::vector<std::vector<int64_t>> write(B);
   for (int64_t b = 0; b < B; ++b) write[b] = {sl.data_ptr<int64_t>()[b]};
-  return prefill_rows(ids, start, lengths, write, cache);
+  return prefill_rows(ids, start, lengths, write, cache, bucket);
 }
 
 at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int64_t>& start, const at::Tensor& lengths,
-                                   const std::vector<std::vector<int64_t>>& write, KvCache& cache) const {
+                                   const std::vector<std::vector<int64_t>>& write, KvCache& cache, bool bucket) const {
   const int64_t B = ids.size(0), T = ids.size(1), Hkv = cfg_.num_kv_heads, D = cfg_.head_dim, L = cache.max_len;
   // A profile's names for prefill's parts: the host's index building and copies, then the layers
   // and the last tokens' logits (generate --profile, train rl --profile-step).
@@ -448,6 +454,14 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
     pos.push_back(at::arange(start[b], start[b] + lp[b], at::kLong));
   }
   const int64_t N = cu[B];
+  // With `bucket`, P padding tokens (id 0 at position 0) after the rows: every per-token op runs
+  // on N + P rows, attention and the cache writes on the first N only, and the padding's
+  // attention output is zero, so it never holds uninitialized memory.
+  const int64_t P = bucket ? prefill_bucket(N) - N : 0;
+  if (P > 0) {
+    flat.push_back(at::zeros({P}, at::kLong));
+    pos.push_back(at::zeros({P}, at::kLong));
+  }
   // Where each written (slot, kv head, token) goes in the flattened cache [slots * Hkv * L, D],
   // which row of the flattened new K/V [Hkv * N, D] it comes from, and (continuing rows) which
   // cache rows make each row's keys, token-major [cuk[B] * Hkv].
@@ -457,7 +471,7 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
       for (int64_t h = 0; h < Hkv; ++h)
         for (int64_t t = 0; t < lp[b]; ++t) {
           dst.push_back((slot * Hkv + h) * L + start[b] + t);
-          src.push_back(h * N + cu[b] + t);
+          src.push_back(h * (N + P) + cu[b] + t);
         }
     if (continues)
       for (int64_t t = 0; t < start[b] + lp[b]; ++t)
@@ -487,6 +501,7 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
           auto o = std::get<0>(at::_flash_attention_forward(qp, kp, vp, cu_d, continues ? cuk_d : cu_d, longest,
                                                            continues ? longest_k : longest, 0.0, /*is_causal=*/true,
                                                            /*return_debug_mask=*/false));
+          if (P > 0) o.narrow(0, N, P).zero_();  // rows past cu_d's last range are left unwritten
           return o.transpose(0, 1).unsqueeze(0);
         }
         // Elsewhere (CPU, fp32) row by row: causal over its own tokens, or over its slot's
@@ -504,6 +519,7 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
           o.push_back(at::scaled_dot_product_attention(qb, kb, vb, mask, /*dropout_p=*/0.0, /*is_causal=*/false,
                                                        /*scale=*/std::nullopt, /*enable_gqa=*/cfg_.num_heads != Hkv));
         }
+        if (P > 0) o.push_back(at::zeros({1, q.size(1), P, D}, q.options()));
         return at::cat(o, 2);
       });
   std::vector<int64_t> last(B);

@@ -34,6 +34,14 @@ struct KvCache {
   int64_t slots = 0, max_len = 0;
 };
 
+// Prefill's packed token count n rounded up to a multiple of g, the smallest power of two of at
+// least 64 with 16 g > n: at most 1/8 more rows (n > 512), 8 to 16 sizes an octave. Each prefill
+// call packs a token count of its own, and a GEMM of a new shape costs the host 0.4-1.3 ms in
+// cuBLAS against 22 us for one seen before (the recipe's layer shapes on an H200,
+// bench/gemm_shapes.py, session 48): ~44 GEMMs a call for an 8-layer model. Padded, the counts
+// fall into few sizes, which the library soon knows.
+int64_t prefill_bucket(int64_t n);
+
 class QwenModel {
  public:
   // Reads dir/config.json and dir/*.safetensors. dtype kUndefined: bf16 on CUDA, fp32 on CPU.
@@ -72,8 +80,10 @@ class QwenModel {
   // logits of each row's last prompt token [b, vocab]. The rows' real tokens are computed
   // packed, without the padding: variable-length flash attention on CUDA in bf16/fp16, each
   // sequence's causal attention on its own otherwise.
+  // With `bucket`, the packed tokens are padded to prefill_bucket(N) rows (see there); the
+  // padding is computed and thrown away, and writes nothing to the cache.
   at::Tensor prefill(const at::Tensor& ids, const at::Tensor& lengths, const at::Tensor& rows,
-                     const at::Tensor& slots, KvCache& cache) const;
+                     const at::Tensor& slots, KvCache& cache, bool bucket = false) const;
   // Prompts that continue what a cache slot already holds (a conversation's next turn): row i's
   // tokens ids[i, :lengths[i]] (right-padded) sit at positions starts[i], starts[i] + 1, ... of
   // slot slots[i], whose positions below starts[i] hold the K/V of the tokens before them. Their
@@ -81,7 +91,7 @@ class QwenModel {
   // tokens up to itself. Returns the logits of each row's last token [b, vocab]. Packed as
   // prefill is; on CUDA in bf16/fp16 the keys are each row's slot read back whole.
   at::Tensor prefill_from(const at::Tensor& ids, const at::Tensor& starts, const at::Tensor& lengths,
-                          const at::Tensor& slots, KvCache& cache) const;
+                          const at::Tensor& slots, KvCache& cache, bool bucket = false) const;
   // One token for each of the first `batch` slots: tokens[i] at position positions[i]
   // (slot i's K/V for earlier positions are in the cache). Attends over the first `span`
   // cache positions (span > every position). Writes logits into out [batch, vocab]. Static
@@ -138,7 +148,7 @@ class QwenModel {
   // without padding; each token attends to its slot's positions up to its own. Returns each
   // row's last-token logits [b, vocab].
   at::Tensor prefill_rows(const at::Tensor& ids, const std::vector<int64_t>& start, const at::Tensor& lengths,
-                          const std::vector<std::vector<int64_t>>& write, KvCache& cache) const;
+                          const std::vector<std::vector<int64_t>>& write, KvCache& cache, bool bucket) const;
 
   QwenConfig cfg_;
   at::Tensor embed_, final_norm_, lm_head_w_;  // lm_head_w_ is embed_ when tied

@@ -339,6 +339,7 @@ RlResult run_rl(const RlOptions& o) {
   eo.max_seq_len = o.max_seq_len;
   eo.cuda_graphs = o.cuda_graphs;
   eo.cudnn_attention = o.cudnn_attention;
+  eo.prefill_buckets = !o.exact_prefill;
   if (o.pipeline_turns) {
     eo.admit_together = o.admit_together;
     eo.admit_wait_steps = o.admit_wait_steps;
@@ -865,6 +866,7 @@ RlResult run_rl(const RlOptions& o) {
                 // Prefill's model calls on the GPU (what they computed: gen_prompt_tokens -
                 // gen_reused_tokens, packed).
                 {"gen_prefill_gpu_s", gd.prefill_gpu_ms / 1e3},
+                {"gen_padded_tokens", static_cast<double>(gd.padded_tokens)},
                 {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"gen_slot_moves", static_cast<double>(gd.slot_moves)},

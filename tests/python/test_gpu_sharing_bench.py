@@ -67,3 +67,18 @@ def test_gemm_shapes_reports_every_gemm_and_order(tmp_path):
     assert [row["gemm"] for row in res["rows"]] == ["qkv", "o", "gate_up", "down"]
     for row in res["rows"]:
         assert all(row[k + "_host_us"] > 0 for k in ("same_m", "new_m", "bucketed_m"))
+
+
+def test_prefill_buckets_alternates_exact_and_padded(tmp_path):
+    """bench/prefill_buckets.py on the CPU: exact and padded runs alternate, each measured (the
+    CPU never pads, so padding is 0 here; `generate --exact-prefill` is accepted)."""
+    out = tmp_path / "pb.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "prefill_buckets.py"), "--musacoder", BINARY,
+                        "--device", "cpu", "--model-dir", tmp_path / "model", "--prompts", "3", "--prompt-len", "24",
+                        "--prompt-len-spread", "8", "--new-tokens", "3", "--repeats", "1", "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert [x["way"] for x in res["runs"]] == ["exact", "padded"]
+    assert all(x["prefill_calls"] >= 1 and x["padded_tokens"] == 0 for x in res["runs"])
+    assert res["prefill_padded_over_exact"] > 0 and "padded against exact" in r.stdout

@@ -3,7 +3,9 @@
 // tokens and log-probs as the whole prompt prefilled afresh, alone or several continuations in one
 // prefill call, after a partial match, and when the entry was given up for room. On CUDA (where
 // there is one) the same, with the decode step's CUDA graphs. Tiny random Qwen3 model, fp32.
+#include <algorithm>
 #include <array>
+#include <set>
 
 #include <gtest/gtest.h>
 
@@ -292,6 +294,61 @@ TEST_P(EngineKv, PackedContinuationsEqualTheWholePrompt) {
     for (size_t l = 0; l < cache.k.size(); ++l) {
       close(cache.k[l][slots[b]].narrow(1, 0, S), one.k[l][0].narrow(1, 0, S), what + ", K of layer " + std::to_string(l));
       close(cache.v[l][slots[b]].narrow(1, 0, S), one.v[l][0].narrow(1, 0, S), what + ", V of layer " + std::to_string(l));
+    }
+  }
+}
+
+TEST(PrefillBucket, RoundsUpToFewShapes) {
+  using mc::model::prefill_bucket;
+  EXPECT_EQ(prefill_bucket(1), 64);
+  EXPECT_EQ(prefill_bucket(64), 64);
+  EXPECT_EQ(prefill_bucket(65), 128);
+  EXPECT_EQ(prefill_bucket(1023), 1024);
+  EXPECT_EQ(prefill_bucket(1025), 1152);   // multiples of 128 from 1,024
+  EXPECT_EQ(prefill_bucket(2500), 2560);   // of 256 from 2,048
+  EXPECT_EQ(prefill_bucket(12801), 13312); // of 1,024 from 8,192
+  for (int64_t n = 1; n < 20000; n += 7) {
+    const int64_t p = prefill_bucket(n);
+    EXPECT_GE(p, n);
+    EXPECT_LE(p - n, std::max<int64_t>(63, n / 8)) << n;
+  }
+  std::set<int64_t> shapes;
+  for (int64_t n = 800; n < 13000; ++n) shapes.insert(prefill_bucket(n));
+  EXPECT_LE(shapes.size(), 60u);  // against 12,200 token counts
+}
+
+// Prefill padded to prefill_bucket's count (what the engine does on CUDA) gives the logits and
+// K/V of the exact call, fresh rows and continuations, and the padding writes nothing: every
+// cache position the rows do not own stays as it was (zero).
+TEST_P(EngineKv, BucketedPrefillEqualsExact) {
+  auto model = generation_model(device());
+  auto close = [&](const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+    expect_close(got, want, device().is_cuda(), what);
+  };
+  const std::vector<int64_t> lens{5, 17, 40, 3};  // 65 tokens: padded to 128
+  ASSERT_EQ(mc::model::prefill_bucket(65), 128);
+  const int64_t B = lens.size(), T = 40;
+  auto ids = at::zeros({B, T}, at::kLong);
+  for (int64_t b = 0; b < B; ++b) ids[b].narrow(0, 0, lens[b]).copy_(at::randint(3, 90, {lens[b]}, at::kLong));
+  const std::vector<int64_t> rows{0, 1, 1, 2, 3}, slots{3, 0, 5, 1, 7};
+  auto exact = model.make_cache(8, 64), padded = model.make_cache(8, 64);
+  auto want = model.prefill(ids, at::tensor(lens), at::tensor(rows), at::tensor(slots), exact);
+  auto got = model.prefill(ids, at::tensor(lens), at::tensor(rows), at::tensor(slots), padded, /*bucket=*/true);
+  close(got, want, "fresh rows' logits");
+  // Continuations of rows 0 and 2 (slots 3 and 1) by 6 and 2 tokens.
+  auto more = at::randint(3, 90, {2, 6}, at::kLong);
+  const std::vector<int64_t> starts{5, 40}, more_lens{6, 2}, more_slots{3, 1};
+  want = model.prefill_from(more, at::tensor(starts), at::tensor(more_lens), at::tensor(more_slots), exact);
+  got = model.prefill_from(more, at::tensor(starts), at::tensor(more_lens), at::tensor(more_slots), padded, true);
+  close(got, want, "continuations' logits");
+  for (size_t l = 0; l < exact.k.size(); ++l) {
+    close(padded.k[l], exact.k[l], "K of layer " + std::to_string(l));
+    close(padded.v[l], exact.v[l], "V of layer " + std::to_string(l));
+    // Slot 1 holds 42 positions, slot 3 11, slot 0 and 5 17, slot 7 3; the rest, and slots 2, 4 and 6, are zero.
+    const std::vector<std::pair<int64_t, int64_t>> owned{{0, 17}, {1, 42}, {2, 0}, {3, 11}, {4, 0}, {5, 17}, {6, 0}, {7, 3}};
+    for (auto [slot, n] : owned) {
+      EXPECT_EQ(padded.k[l][slot].narrow(1, n, 64 - n).abs().max().item<double>(), 0.0) << "slot " << slot;
+      EXPECT_EQ(padded.v[l][slot].narrow(1, n, 64 - n).abs().max().item<double>(), 0.0) << "slot " << slot;
     }
   }
 }
