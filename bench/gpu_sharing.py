@@ -35,7 +35,7 @@ from generate_bench import SHAPES, make_model  # noqa: E402
 # a judge's trial of a slow reference or candidate does (recipes/small's problems may take up to
 # 200 ms in eager PyTorch): the GPU then has a long kernel of another context to switch around.
 LOAD = r"""
-import signal, sys, time, torch
+import os, signal, sys, time, torch
 dev, busy, idle, ready, count, kernel_ms = (sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4],
                                             sys.argv[5], float(sys.argv[6]))
 x = torch.randn(1 << 22, device=dev); w = torch.randn(512, 512, device=dev)
@@ -44,12 +44,13 @@ big = None
 if kernel_ms > 0:
     torch.backends.cuda.matmul.allow_tf32 = False
     n = 1024
-    while True:  # the size whose matmul takes about kernel_ms here
-        big = torch.randn(n, n, device=dev); sync(); t = time.perf_counter(); big @ big; sync()
+    while True:  # the size whose matmul takes about kernel_ms here (timed after one warm-up call:
+        # session 48's first try timed the library's start-up and stopped at n = 1024, ~0.1 ms)
+        big = torch.randn(n, n, device=dev); big @ big; sync(); t = time.perf_counter(); big @ big; sync()
         took = (time.perf_counter() - t) * 1e3
         if took >= kernel_ms or n >= 16384: break
         n = min(16384, int(n * max(1.1, (kernel_ms / max(took, 1e-3)) ** (1 / 3))))
-sync(); open(ready, "w").close()
+sync(); open(ready + ".tmp", "w").write(f"{took if big is not None else 0.0}"); os.rename(ready + ".tmp", ready)
 bursts = 0
 def stop(*_):
     open(count, "w").write(str(bursts)); sys.exit(0)
@@ -88,6 +89,13 @@ def start_loads(n, device, busy, idle, work, cpu=0, kernel_ms=0.0):
             raise SystemExit("gpu_sharing: a load process did not start (no CUDA, or it died)")
         time.sleep(0.1)
     return procs
+
+
+def kernel_ms_of(procs):
+    """The mean time of one long kernel, as each --kernel-ms load process measured it when it
+    sized its matrix (0 for burst loads)."""
+    ms = [float(open(r).read() or 0) for _, r, _ in procs if r is not None]
+    return sum(ms) / len(ms) if ms else 0.0
 
 
 def stop_loads(procs):
@@ -155,6 +163,7 @@ def main():
     for k, (n, c) in enumerate(loads + profiled):
         prof = k >= len(loads)
         procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c, a.kernel_ms)
+        load_kernel_ms = kernel_ms_of(procs)
         stats = os.path.join(work, f"stats{n}+{c}.json")
         extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
         cmd = [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
@@ -173,7 +182,8 @@ def main():
             continue
         st = json.load(open(stats))
         calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
-        row = {"loads": n, "cpu_loads": c, "load_bursts_per_s": bursts / wall if n else 0.0, "seconds": st["seconds"],
+        row = {"loads": n, "cpu_loads": c, "load_bursts_per_s": bursts / wall if n else 0.0,
+               "load_kernel_ms": load_kernel_ms, "seconds": st["seconds"],
                "tokens_per_s": st["tokens_per_s"], "prefill_calls": st["prefill_calls"],
                "prefill_wall_ms": st["prefill_wall_ms_total"] / calls,
                "prefill_gpu_ms": st.get("prefill_gpu_ms_total", 0.0) / calls,
@@ -187,7 +197,9 @@ def main():
     base = res["runs"][0]
     print(f"\n{res['device']}, {a.shape} (random weights), {a.prompts} prompts ({res['prompt_tokens']} tokens) arriving "
           f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes "
-          + (f"one ~{a.kernel_ms:g} ms kernel" if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
+          + (f"one ~{a.kernel_ms:g} ms kernel (measured: "
+             + ", ".join(f"{r['load_kernel_ms']:.1f} ms" for r in res["runs"] if r["loads"]) + ")"
+             if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
     print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")
     print("| GPU + CPU load processes | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (wall / model GPU) | "
           "vs alone: prefill GPU, decode step | load bursts/s |\n|---:|---:|---:|---:|---:|---:|")

@@ -48,7 +48,10 @@ def test_long_kernel_loads_run(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert res["kernel_ms"] == 5 and res["runs"][0]["load_bursts_per_s"] > 0
-    assert "one ~5 ms kernel" in r.stdout
+    # The kernel each load sized, timed after a warm-up call (session 48's first try timed the
+    # library's start-up, stopped at the smallest size, and ran ~0.1 ms kernels on the GPU).
+    assert res["runs"][0]["load_kernel_ms"] >= 5
+    assert "one ~5 ms kernel (measured: " in r.stdout
 
 
 def test_a_bad_run_list_is_named():
