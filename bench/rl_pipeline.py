@@ -12,7 +12,8 @@ while this step's answers are judged, one step off-policy), "async-defer" (all t
 attention choice on the H100 before session 38); "async-defer-ahead" (as async-defer, with
 --repairs-ahead: the next step's failed answers get their second turn while this step's last
 verdicts are judged, where the engine would wait idle); "turns-kv" and "async-defer-kv" with
---reuse-kv (a later turn prefills only what its kept cache lacks). NAME@K is the K-th repeat of
+--reuse-kv (a later turn prefills only what its kept cache lacks); "async-defer-kv-exact" as that
+with --exact-prefill (the engine before session 48, which did not pad prefill calls). NAME@K is the K-th repeat of
 arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives each repeated arm's step times
 and their spread, since one run of each arm is not enough to tell arms ~15% apart. With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
@@ -249,7 +250,10 @@ def main():
              "async-defer-ahead": ["--async", "--pipeline-turns", "--defer-timing", "--repairs-ahead"],
              # Later turns continue the engine's KV cache of their conversation (--reuse-kv).
              "turns-kv": ["--reuse-kv"],
-             "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"]}
+             "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"],
+             # As async-defer-kv before session 48: prefill of exactly the prompts' tokens, each call
+             # a new GEMM shape (the engine now pads a call to one of a few sizes on CUDA).
+             "async-defer-kv-exact": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--exact-prefill"]}
     # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
     # differed by ~15% of step time, more than the effects the arms were to show).
     base_of = lambda arm: arm.split("@", 1)[0]  # noqa: E731

@@ -151,5 +151,12 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     soon = subprocess.run(again[:-3] + ["--stop-by", str(time.time() + 600), "--", "--level", "1"],
                           capture_output=True, text=True)
     assert soon.returncode == 0 and ran.read_text() == "async-defer-kv@2\n", soon.stderr
+    # async-defer-kv-exact: the same arm with the engine's prefill unpadded (before session 48).
+    ran.write_text("")
+    again[again.index("--arms") + 1] = "turns,async-defer-kv,async-defer-kv-exact"
+    exact = subprocess.run(again, capture_output=True, text=True)
+    assert exact.returncode == 0 and ran.read_text() == "async-defer-kv-exact\n", exact.stderr
+    line = next(ln for ln in exact.stdout.splitlines() if ln.startswith("$ ") and "async-defer-kv-exact" in ln)
+    assert "--reuse-kv --exact-prefill" in line, line
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr
