@@ -463,7 +463,7 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
     pos.push_back(at::zeros({P}, at::kLong));
   }
   // Where each written (slot, kv head, token) goes in the flattened cache [slots * Hkv * L, D],
-  // which row of the flattened new K/V [Hkv * N, D] it comes from, and (continuing rows) which
+  // which row of the flattened new K/V [Hkv * (N + P), D] it comes from, and (continuing rows) which
   // cache rows make each row's keys, token-major [cuk[B] * Hkv].
   std::vector<int64_t> dst, src, keys;
   for (int64_t b = 0; b < B; ++b) {
