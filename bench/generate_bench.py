@@ -38,6 +38,21 @@ def make_model(path, shape="qwen05b"):
     model.save_pretrained(path)
 
 
+def write_prompts(path, shape, count, length, spread, seed=1):
+    """`count` random prompts over the shape's vocabulary, of `length` tokens, or uniformly within
+    +-`spread` of it (1 at least), from torch's generator seeded with `seed`; written to path as
+    JSONL ({"prompt_ids": [...]}, what `musacoder generate --prompts` reads) and returned."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = SHAPES[shape][0]["vocab_size"]
+    lens = (torch.randint(max(1, length - spread), length + spread + 1, (count,), generator=g).tolist() if spread
+            else [length] * count)
+    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
+    with open(path, "w") as f:
+        for p in prompts:
+            f.write(json.dumps({"prompt_ids": p}) + "\n")
+    return prompts
+
+
 def run_transformers(path, prompts, n, new_tokens):
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()
@@ -93,15 +108,8 @@ def main():
     gpu = a.device != "cpu"
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
-    g = torch.Generator().manual_seed(1)
-    vocab = SHAPES[a.shape][0]["vocab_size"]
-    lens = (torch.randint(a.prompt_len - a.prompt_len_spread, a.prompt_len + a.prompt_len_spread + 1, (a.prompts,),
-                          generator=g).tolist() if a.prompt_len_spread else [a.prompt_len] * a.prompts)
-    prompts = [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lens]
     pfile = os.path.join(os.path.dirname(os.path.abspath(a.out)), "bench_prompts.jsonl")
-    with open(pfile, "w") as f:
-        for p in prompts:
-            f.write(json.dumps({"prompt_ids": p}) + "\n")
+    prompts = write_prompts(pfile, a.shape, a.prompts, a.prompt_len, a.prompt_len_spread)
     def ours(tag, *extra):
         stats = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"musacoder_generate_stats{tag}.json")
         cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", str(a.n),

@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate_bench import SHAPES, make_model  # noqa: E402
+from generate_bench import SHAPES, make_model, write_prompts  # noqa: E402
 
 
 def main():
@@ -40,15 +40,9 @@ def main():
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
     import torch
-    g = torch.Generator().manual_seed(1)
-    vocab = SHAPES[a.shape][0]["vocab_size"]
-    lo = max(1, a.prompt_len - a.prompt_len_spread)
-    lens = torch.randint(lo, a.prompt_len + a.prompt_len_spread + 1, (a.prompts,), generator=g).tolist()
     work = tempfile.mkdtemp(prefix="prefill-buckets-")
     pfile = os.path.join(work, "prompts.jsonl")
-    with open(pfile, "w") as f:
-        for n in lens:
-            f.write(json.dumps({"prompt_ids": torch.randint(0, vocab, (n,), generator=g).tolist()}) + "\n")
+    lens = [len(p) for p in write_prompts(pfile, a.shape, a.prompts, a.prompt_len, a.prompt_len_spread)]
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(0) if gpu else "cpu", "shape": a.shape, "prompts": a.prompts,
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every, "runs": []}

@@ -286,6 +286,12 @@ struct GenerationEngine::Impl {
     RECORD_USER_SCOPE("engine::prefill");
     auto t0 = std::chrono::steady_clock::now();
     const bool bucket = opts.prefill_buckets && model.device().is_cuda();
+    // The padding a prefill call of these row lengths computes (model::prefill_bucket).
+    auto count_padding = [&](const at::Tensor& lengths) {
+      if (!bucket) return;
+      const int64_t n = lengths.sum().item<int64_t>();
+      stats.padded_tokens += model::prefill_bucket(n) - n;
+    };
     // Requests whose kept entry is still there continue it; the rest are prefilled from the start.
     std::vector<std::shared_ptr<Pending>> fresh;
     std::vector<std::pair<std::shared_ptr<Pending>, Kept>> conts;
@@ -346,10 +352,7 @@ struct GenerationEngine::Impl {
       }
       gpu_begin();
       auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache, bucket);
-      if (bucket) {
-        const int64_t n = lengths.sum().item<int64_t>();
-        stats.padded_tokens += model::prefill_bucket(n) - n;
-      }
+      count_padding(lengths);
       ++stats.prefill_calls;
       logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
     }
@@ -378,10 +381,7 @@ struct GenerationEngine::Impl {
       }
       gpu_begin();
       logits.push_back(model.prefill_from(ids, at::tensor(start), lengths, slots, cache, bucket));
-      if (bucket) {
-        const int64_t n = lengths.sum().item<int64_t>();
-        stats.padded_tokens += model::prefill_bucket(n) - n;
-      }
+      count_padding(lengths);
       ++stats.prefill_calls;
       stats.continued += b;
     }
