@@ -14,6 +14,7 @@
 #include "generate/counter_rng.h"
 #include "generate/repetition.h"
 #include "generate/sampler.h"
+#include "model/device.h"
 #ifdef MUSACODER_CUDA
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
@@ -226,12 +227,12 @@ struct GenerationEngine::Impl {
       b.any_top_p |= sp.top_p < 1.0f && sp.temperature > 0;
       b.any_top_k |= sp.top_k > 0 && sp.temperature > 0;
     }
-    auto dev = model.device();
-    b.temperature = temp.to(dev);
-    b.top_p = top_p.to(dev);
-    b.top_k = top_k.to(dev);
-    b.seed = seed.to(dev);
-    b.step = step.to(dev);
+    auto dev = model.device();  // uploaded without a stream sync each (model::upload)
+    b.temperature = model::upload(temp, dev);
+    b.top_p = model::upload(top_p, dev);
+    b.top_k = model::upload(top_k, dev);
+    b.seed = model::upload(seed, dev);
+    b.step = model::upload(step, dev);
     return b;
   }
 
@@ -354,7 +355,7 @@ struct GenerationEngine::Impl {
       auto out = model.prefill(ids, lengths, at::tensor(rows), at::tensor(slots), cache, bucket);
       count_padding(lengths);
       ++stats.prefill_calls;
-      logits.push_back(out.index_select(0, at::tensor(rows).to(out.device())));
+      logits.push_back(out.index_select(0, model::upload(at::tensor(rows), out.device())));
     }
     if (!conts.empty()) {
       // Each prompt from the end of the prefix it shares with its kept tokens (one token at

@@ -1,5 +1,6 @@
 #include "model/device.h"
 
+#include <ATen/ATen.h>
 #include <ATen/Context.h>
 #ifdef MUSACODER_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -59,6 +60,11 @@ void reset_peak_memory(c10::Device d) {
 #ifdef MUSACODER_CUDA
   if (d.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(d.index());
 #endif
+}
+
+at::Tensor upload(const at::Tensor& host, c10::Device d) {
+  if (!d.is_cuda() || !host.device().is_cpu()) return host.to(d);
+  return host.contiguous().pin_memory().to(d, /*non_blocking=*/true);
 }
 
 std::string device_name(c10::Device d) {

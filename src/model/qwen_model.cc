@@ -14,6 +14,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "common/check.h"
+#include "model/device.h"
 #include "model/safetensors.h"
 #ifdef MUSACODER_CUDA
 #include "model/swiglu_kernel.h"
@@ -478,14 +479,16 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
         for (int64_t h = 0; h < Hkv; ++h) keys.push_back((write[b][0] * Hkv + h) * L + t);
   }
   auto dev = at::TensorOptions().device(device()).dtype(at::kLong);
-  auto dst_d = at::tensor(dst).to(device()), src_d = at::tensor(src).to(device());
-  auto keys_d = continues ? at::tensor(keys).to(device()) : at::Tensor();
-  auto cu_d = at::tensor(cu).to(device(), at::kInt), cuk_d = at::tensor(cuk).to(device(), at::kInt);
+  // Uploaded without a stream sync each (model::upload): the host goes on to queue the layers.
+  auto dst_d = upload(at::tensor(dst), device()), src_d = upload(at::tensor(src), device());
+  auto keys_d = continues ? upload(at::tensor(keys), device()) : at::Tensor();
+  auto cu_d = upload(at::tensor(cu).to(at::kInt), device()), cuk_d = upload(at::tensor(cuk).to(at::kInt), device());
+  auto ids_d = upload(at::cat(flat), device()), pos_d = upload(at::cat(pos), device());
   const bool flash = embed_.is_cuda() && (embed_.scalar_type() == at::kBFloat16 || embed_.scalar_type() == at::kHalf);
   prepare.end();
   RECORD_USER_SCOPE("prefill::layers");
   auto h = run_layers(
-      at::embedding(embed_, at::cat(flat).to(device())).unsqueeze(0), at::cat(pos).to(device()).unsqueeze(0),
+      at::embedding(embed_, ids_d).unsqueeze(0), pos_d.unsqueeze(0),
       [&](size_t i, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
         // q [1, heads, N, D], k and v [1, kv_heads, N, D]: written to the cache first, so that a
         // continuing row's keys are read from its slot whole.
@@ -524,7 +527,7 @@ at::Tensor QwenModel::prefill_rows(const at::Tensor& ids, const std::vector<int6
       });
   std::vector<int64_t> last(B);
   for (int64_t b = 0; b < B; ++b) last[b] = cu[b + 1] - 1;
-  return lm_head(h[0].index_select(0, at::tensor(last).to(device())));
+  return lm_head(h[0].index_select(0, upload(at::tensor(last), device())));
 }
 
 void QwenModel::decode(const at::Tensor& tokens, const at::Tensor& positions, KvCache& cache, int64_t batch, int64_t span,
