@@ -414,6 +414,20 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # and RL's starting checkpoint, so the recipe begins at the arms. Its parts may come over
       # several calls (a call carries 64 MiB with the tree).
       prepare_run "$R" || { rc=1; continue; }
+      # A corpus made without CUTLASS/CuTe gives another tokenizer's input, and pretrain and SFT
+      # other weights than the recorded runs' and than a carried start's (session 49 redid
+      # corpus through sft without .kb/whl: SFT e49b9b18 where b493fcc3 was the start's parent, a
+      # lease's 7 minutes spent on a model no table could use). So a run that will make the
+      # corpus stops here without it, unless RECIPE_NO_CUTLASS=1 says that is meant.
+      if ! python3 -c 'import cutlass_library' 2>/dev/null && [ -z "${RECIPE_NO_CUTLASS:-}" ] &&
+        { [[ "${RECIPE_ARGS:-}" == *corpus* ]] ||
+          ! python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["stages"]["corpus"]["done"] else 1)' \
+            "$R/recipe/state.json" 2>/dev/null; }; then
+        echo "recipe: not started: the corpus stage would run without CUTLASS/CuTe (nvidia-cutlass is not importable and"
+        echo "  .kb/whl holds no nvidia_cutlass wheel: carry .kb/whl, made by scripts/build-device.sh), so every model"
+        echo "  after it would differ from the recorded runs'; RECIPE_NO_CUTLASS=1 runs it anyway"
+        rc=1; continue
+      fi
       J=${RECIPE_JOB:+-$RECIPE_JOB}  # RECIPE_JOB below
       # The GPUs' utilization and memory every 2 s while the machine is held (gpu-samples.csv:
       # timestamp, GPU index, utilization, memory used).
