@@ -53,6 +53,28 @@ def write_prompts(path, shape, count, length, spread, seed=1):
     return prompts
 
 
+def arrival_cmd(a, pfile, stats, max_batch, *extra):
+    """`musacoder generate` over pfile's prompts arriving one every a.arrive_every engine steps,
+    one sample each, a.new_tokens tokens (EOS ignored), its stats to `stats`: the run that
+    gpu_sharing and prefill_buckets measure (a: their options; extra: more of generate's)."""
+    return [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
+            str(a.new_tokens), "--ignore-eos", "--max-batch", str(max_batch),
+            "--dtype", "fp32" if a.device == "cpu" else "bf16", "--device", a.device, "--out", "/dev/null",
+            "--stats", stats, "--no-progress", "--arrive-every", str(a.arrive_every)]
+
+
+def engine_row(stats):
+    """What a generate run's stats file says per prefill call and per decode step."""
+    st = json.load(open(stats))
+    calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
+    return {"seconds": st["seconds"], "tokens_per_s": st["tokens_per_s"], "prefill_calls": st["prefill_calls"],
+            "prefill_wall_ms": st["prefill_wall_ms_total"] / calls,
+            "prefill_gpu_ms": st.get("prefill_gpu_ms_total", 0.0) / calls,
+            "prefill_s": st["prefill_wall_ms_total"] / 1e3, "padded_tokens": st.get("prefill_padded_tokens", 0),
+            "decode_steps": st["decode_steps"], "step_wall_ms": st["step_wall_ms_total"] / steps,
+            "step_model_gpu_ms": st["decode_gpu_ms_total"] / steps}
+
+
 def run_transformers(path, prompts, n, new_tokens):
     import transformers
     model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.bfloat16).cuda().eval()

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate_bench import SHAPES, make_model, write_prompts  # noqa: E402
+from generate_bench import SHAPES, arrival_cmd, engine_row, make_model, write_prompts  # noqa: E402
 
 # One judge-like process: tensors of a level-1 problem's size, a burst of elementwise work,
 # a reduction and a small matmul, synchronized, for busy_ms; then idle_ms asleep. It writes its
@@ -160,10 +160,7 @@ def main():
         load_kernel_ms = kernel_ms_of(procs)
         stats = os.path.join(work, f"stats{n}+{c}.json")
         extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
-        cmd = [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
-               str(a.new_tokens), "--ignore-eos", "--max-batch", str(a.prompts), "--dtype", "bf16" if gpu else "fp32",
-               "--device", a.device, "--out", "/dev/null", "--stats", stats, "--no-progress",
-               "--arrive-every", str(a.arrive_every)]
+        cmd = arrival_cmd(a, pfile, stats, a.prompts, *extra)
         t0 = time.time()
         r = subprocess.run(cmd, capture_output=True, text=True)
         wall = time.time() - t0
@@ -174,15 +171,8 @@ def main():
         if prof:
             print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}_{c}.md')}", flush=True)
             continue
-        st = json.load(open(stats))
-        calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
         row = {"loads": n, "cpu_loads": c, "load_bursts_per_s": bursts / wall if n else 0.0,
-               "load_kernel_ms": load_kernel_ms, "seconds": st["seconds"],
-               "tokens_per_s": st["tokens_per_s"], "prefill_calls": st["prefill_calls"],
-               "prefill_wall_ms": st["prefill_wall_ms_total"] / calls,
-               "prefill_gpu_ms": st.get("prefill_gpu_ms_total", 0.0) / calls,
-               "decode_steps": st["decode_steps"], "step_wall_ms": st["step_wall_ms_total"] / steps,
-               "step_model_gpu_ms": st["decode_gpu_ms_total"] / steps}
+               "load_kernel_ms": load_kernel_ms, **engine_row(stats)}
         res["runs"].append(row)
         print(f"loads {n}+{c}: {row['tokens_per_s']:.0f} tokens/s, prefill {row['prefill_wall_ms']:.1f} ms wall / "
               f"{row['prefill_gpu_ms']:.1f} ms GPU a call, decode step {row['step_wall_ms']:.2f} ms wall / "

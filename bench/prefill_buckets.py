@@ -19,7 +19,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from generate_bench import SHAPES, make_model, write_prompts  # noqa: E402
+from generate_bench import SHAPES, arrival_cmd, engine_row, make_model, write_prompts  # noqa: E402
 
 
 def main():
@@ -49,22 +49,12 @@ def main():
     for k in range(2 * a.repeats):
         exact = k % 2 == 0
         stats = os.path.join(work, f"stats{k}.json")
-        cmd = [a.musacoder, "generate", "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
-               str(a.new_tokens), "--ignore-eos", "--max-batch", "64", "--dtype", "bf16" if gpu else "fp32",
-               "--device", a.device, "--out", "/dev/null", "--stats", stats, "--no-progress",
-               "--arrive-every", str(a.arrive_every), *(["--exact-prefill"] if exact else [])]
+        cmd = arrival_cmd(a, pfile, stats, 64, *(["--exact-prefill"] if exact else []))
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             sys.stderr.write(r.stderr[-3000:])
             raise SystemExit(f"prefill_buckets: musacoder generate failed (rc {r.returncode})")
-        st = json.load(open(stats))
-        calls, steps = max(1, st["prefill_calls"]), max(1, st["decode_steps"])
-        row = {"way": "exact" if exact else "padded", "run": k // 2 + 1, "tokens_per_s": st["tokens_per_s"],
-               "prefill_calls": st["prefill_calls"], "padded_tokens": st.get("prefill_padded_tokens", 0),
-               "prefill_wall_ms": st["prefill_wall_ms_total"] / calls,
-               "prefill_gpu_ms": st.get("prefill_gpu_ms_total", 0.0) / calls,
-               "prefill_s": st["prefill_wall_ms_total"] / 1e3, "seconds": st["seconds"],
-               "step_wall_ms": st["step_wall_ms_total"] / steps}
+        row = {"way": "exact" if exact else "padded", "run": k // 2 + 1, **engine_row(stats)}
         res["runs"].append(row)
         print(f"{row['way']} #{row['run']}: {row['prefill_calls']} prefill calls, {row['prefill_wall_ms']:.1f} ms wall / "
               f"{row['prefill_gpu_ms']:.1f} ms GPU a call, {row['padded_tokens']} tokens of padding, decode step "
