@@ -68,20 +68,38 @@ while True:
 """
 
 
+# One judge-spare-like process (--churn): it holds no CUDA context itself, but starts one fresh
+# process after another, each of which creates a CUDA context, runs one small op and exits, as a
+# judge's spare candidate processes do, one for every answer it judges (a candidate never runs in
+# a process another has used). Its count is the contexts it made.
+CHURN = r"""
+import os, signal, subprocess, sys
+dev, ready, count = sys.argv[1], sys.argv[2], sys.argv[3]
+child = "import torch; x = torch.randn(1 << 20, device=%r); float((x * 2).sum())" % dev
+made = 0
+def stop(*_):
+    open(count, "w").write(str(made)); sys.exit(0)  # subprocess.run kills the child on the way out
+signal.signal(signal.SIGTERM, stop)
+open(ready + ".tmp", "w").write("0.0"); os.rename(ready + ".tmp", ready)
+while True:
+    subprocess.run([sys.executable, "-c", child], check=True); made += 1
+"""
+
+
 # One compile-like process: a CPU core kept busy, no CUDA.
 SPIN = "import signal, sys\nsignal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\nwhile True: pass\n"
 
 
-def start_loads(n, device, busy, idle, work, cpu=0, kernel_ms=0.0):
+def start_loads(n, device, busy, idle, work, cpu=0, kernel_ms=0.0, churn=False):
     procs = [(subprocess.Popen([sys.executable, "-c", SPIN]), None, None) for _ in range(cpu)]
     for i in range(n):
         ready, count = os.path.join(work, f"ready{i}"), os.path.join(work, f"count{i}")
         for f in (ready, count):
             if os.path.exists(f):
                 os.remove(f)
-        procs.append((subprocess.Popen([sys.executable, "-c", LOAD, device, str(busy), str(idle), ready, count,
-                                        str(kernel_ms)]),
-                      ready, count))
+        args = ([CHURN, device, ready, count] if churn else
+                [LOAD, device, str(busy), str(idle), ready, count, str(kernel_ms)])
+        procs.append((subprocess.Popen([sys.executable, "-c", *args]), ready, count))
     deadline = time.time() + 120
     while not all(r is None or os.path.exists(r) for _, r, _ in procs):
         if time.time() > deadline or any(p.poll() is not None for p, _, _ in procs):
@@ -125,6 +143,9 @@ def main():
     ap.add_argument("--idle-ms", type=float, default=3.0, help="its idle time between bursts")
     ap.add_argument("--kernel-ms", type=float, default=0.0,
                     help="a burst is one long kernel of about this many ms instead (a slow trial), then --idle-ms")
+    ap.add_argument("--churn", action="store_true",
+                    help="a GPU load process instead starts one fresh process after another, each creating a CUDA "
+                         "context, running one small op and exiting (a judge's spares, one per answer)")
     ap.add_argument("--prompts", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=1500)
     ap.add_argument("--prompt-len-spread", type=int, default=700)
@@ -152,11 +173,11 @@ def main():
     res = {"cpus": os.cpu_count(), "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
            "device": torch.cuda.get_device_name(0) if gpu else "cpu", "shape": a.shape, "prompts": a.prompts,
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
-           "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "kernel_ms": a.kernel_ms, "runs": []}
+           "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "kernel_ms": a.kernel_ms, "churn": a.churn, "runs": []}
     outdir = os.path.dirname(os.path.abspath(a.out))
     for k, (n, c) in enumerate(loads + profiled):
         prof = k >= len(loads)
-        procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c, a.kernel_ms)
+        procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c, a.kernel_ms, a.churn)
         load_kernel_ms = kernel_ms_of(procs)
         stats = os.path.join(work, f"stats{n}+{c}.json")
         extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
@@ -181,7 +202,8 @@ def main():
     base = res["runs"][0]
     print(f"\n{res['device']}, {a.shape} (random weights), {a.prompts} prompts ({res['prompt_tokens']} tokens) arriving "
           f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes "
-          + (f"one ~{a.kernel_ms:g} ms kernel (measured: "
+          + ("each starting one fresh CUDA process after another (bursts/s: contexts made a second)" if a.churn else
+             f"one ~{a.kernel_ms:g} ms kernel (measured: "
              + ", ".join(f"{r['load_kernel_ms']:.1f} ms" for r in res["runs"] if r["loads"]) + ")"
              if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
     print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")

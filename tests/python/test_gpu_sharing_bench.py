@@ -54,6 +54,22 @@ def test_long_kernel_loads_run(tmp_path):
     assert "one ~5 ms kernel (measured: " in r.stdout
 
 
+def test_churn_loads_make_contexts_and_stop(tmp_path):
+    """--churn: each load process starts one fresh torch process after another (a judge's spares),
+    and neither it nor its last child outlives the run (here on the CPU)."""
+    out = tmp_path / "churn.json"
+    r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
+                        "--loads", "0,2", "--churn", "--prompts", "3", "--prompt-len", "16", "--prompt-len-spread", "4",
+                        "--new-tokens", "48", "--out", out],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["churn"] is True and [x["loads"] for x in res["runs"]] == [0, 2]
+    assert "each starting one fresh CUDA process after another" in r.stdout
+    left = subprocess.run(["pgrep", "-f", "made \\+= 1|torch.randn\\(1 << 20"], capture_output=True, text=True)
+    assert left.stdout.strip() == ""
+
+
 def test_a_bad_run_list_is_named():
     r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--loads", "1+x"], capture_output=True, text=True)
     assert r.returncode != 0 and "--loads: runs are G or G+C" in r.stderr
