@@ -156,7 +156,7 @@ class HostWatch:
     that host's, not their method's). Sampled every `every` seconds."""
 
     def __init__(self, proc, every=5.0):
-        self.proc, self.every, self.loads, self.others = proc, every, [], {}
+        self.proc, self.every, self.loads, self.others, self.exited = proc, every, [], {}, {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.thread.start()
@@ -173,7 +173,12 @@ class HostWatch:
                 mine |= descendants(self.proc.pid)
                 for pid in pids - mine - {os.getpid()}:
                     name = command_of(pid)
-                    if name is not None:  # gone by now: it was no long-lived neighbour
+                    fields = stat_fields(pid)
+                    if fields and fields[0] == "Z":
+                        # Exited, not yet reaped (an orphan under a PID 1 that does not reap): it
+                        # runs nothing on the GPU. Session 50 flagged an arm for five of them.
+                        self.exited[pid] = name
+                    elif name is not None:  # gone by now: it was no long-lived neighbour
                         self.others[pid] = name
             self.stop.wait(self.every)
 
@@ -184,7 +189,7 @@ class HostWatch:
         # too, so it is reported, not judged).
         return {"load_1m_max": max(self.loads, default=None), "cores": len(os.sched_getaffinity(0)),
                 "other_gpu_processes": len(self.others), "quiet_host": not self.others,
-                "others": sorted(set(self.others.values()))}
+                "others": sorted(set(self.others.values())), "exited_listed": len(self.exited)}
 
 
 def overhead(rows):

@@ -51,6 +51,61 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
     assert bench.command_of(lingering.pid) is None
 
 
+def test_an_unreaped_process_does_not_make_the_host_busy(tmp_path, monkeypatch):
+    """A GPU process nvidia-smi still lists after it exited (a zombie: session 50's turns@2 was
+    flagged for five orphans under a PID 1 that does not reap) is counted apart; a live neighbour
+    still flags the arm."""
+    listed = tmp_path / "pids"
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text(f"#!/bin/sh\ncat {listed}\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    bench = load_bench()
+    arm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    while bench.stat_fields(dead.pid)[0] != "Z":
+        time.sleep(0.05)
+    listed.write_text(f"{arm.pid}\n{dead.pid}\n")
+    watch = bench.HostWatch(arm, every=0.1)
+    time.sleep(0.4)
+    host = watch.finish()
+    assert host["quiet_host"] and host["other_gpu_processes"] == 0 and host["exited_listed"] == 1, host
+    neighbour = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    listed.write_text(f"{arm.pid}\n{dead.pid}\n{neighbour.pid}\n")
+    watch = bench.HostWatch(arm, every=0.1)
+    time.sleep(0.4)
+    host = watch.finish()
+    assert not host["quiet_host"] and host["other_gpu_processes"] == 1 and "time.sleep(30)" in host["others"][0], host
+    for p in (arm, neighbour):
+        p.kill()
+        p.wait()
+    dead.wait()
+
+
+def test_leases_pooled(tmp_path):
+    """bench/rl_pipeline_pool.py on the committed benches of sessions 44, 45, 47 and 50: each
+    lease's async runs against its own turn-by-turn runs, then every lease together."""
+    runs = os.path.join(ROOT, "docs", "results", "device-runs")
+    files = [os.path.join(runs, d, "bench", "SUMMARY.json")
+             for d in ("2026-11-28-s44", "2026-11-28-s45", "2026-11-29-s47", "2026-11-29-s50")]
+    out = tmp_path / "pool.json"
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), *files, "--json", out],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert [round(100 * x["pooled"], 1) for x in res["leases"]] == [20.8, 31.9, 26.7, 34.2]
+    assert [x["turns_runs"] for x in res["leases"]] == [2, 2, 2, 2]
+    assert round(100 * res["pooled"], 1) == 28.2 and "| 4 leases | pooled (8 runs against 8) | **+28.2%** |" in r.stdout
+    three = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), *files[:3]],
+                           capture_output=True, text=True)
+    assert "| 3 leases | pooled (6 runs against 6) | **+26.3%** |" in three.stdout, three.stdout
+    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), str(out)],
+                         capture_output=True, text=True)
+    assert bad.returncode != 0 and "not a bench/rl_pipeline.py SUMMARY.json" in bad.stderr
+
+
 def test_only_the_benchs_own_gpus_are_watched(tmp_path, monkeypatch):
     """Given GPU 0 (CUDA_VISIBLE_DEVICES, by index or UUID) beside a recipe on GPU 1, the bench
     neither counts nor waits on GPU 1's processes; unset, it watches every GPU."""
