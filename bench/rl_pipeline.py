@@ -209,6 +209,11 @@ def tokens(r):
     return (r.get("answer_tokens_mean") or 0) * (r.get("answers") or 0)
 
 
+def base_of(arm):
+    """The arm a run repeats: NAME@K is the K-th run of arm NAME."""
+    return arm.split("@", 1)[0]
+
+
 def overhead_vs_per_token(rows, base):
     """As overhead_vs, per token answered: the arms' rollouts part after step 1 (their policies
     and so their failures and turns differ), and a step with more answers takes longer."""
@@ -261,7 +266,6 @@ def main():
              "async-defer-kv-exact": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--exact-prefill"]}
     # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
     # differed by ~15% of step time, more than the effects the arms were to show).
-    base_of = lambda arm: arm.split("@", 1)[0]  # noqa: E731
     unknown = [arm for arm in a.arms.split(",") if base_of(arm) not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")

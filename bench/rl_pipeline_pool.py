@@ -16,11 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rl_pipeline import overhead_vs_per_token  # noqa: E402
-
-
-def base_of(arm):
-    return arm.split("@", 1)[0]
+from rl_pipeline import base_of, overhead_vs_per_token  # noqa: E402
 
 
 def main():
