@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -151,6 +152,16 @@ Recipe load_recipe(const std::string& path) {
                ": 'together_gpu_mib' must be a whole number of MiB >= 1 (the GPU memory one of the group holds at its peak)");
       s.gpu_mib = *gm->value<int64_t>();
     }
+    if (auto* uses = (*st).get("uses")) {
+      auto* arr = uses->as_array();
+      MC_CHECK(arr, where, ": 'uses' must be an array of earlier stages' names");
+      for (size_t u = 0; u < arr->size(); ++u) {
+        std::string n = scalar((*arr)[u], str_cat(where, ": uses[", u, "]"));
+        MC_CHECK(names.count(n) && n != s.name, where, ": uses[", u, "] '", n,
+                 "' is not a stage before it (a stage reads what earlier ones made)");
+        s.uses.push_back(std::move(n));
+      }
+    }
     if (auto* env = (*st)["env"].as_table())
       for (const auto& [k, v] : *env) s.env[std::string(k.str())] = scalar(v, str_cat(where, ": env.", k.str()));
     r.stages.push_back(std::move(s));
@@ -166,6 +177,26 @@ Recipe load_recipe(const std::string& path) {
              it->second->per_gpu ? std::to_string(it->second->per_gpu) : std::string("unset"), ")");
   }
   return r;
+}
+
+std::string stale_reason(const Recipe& r, const json& stages, const std::string& name) {
+  auto finished = [&](const std::string& n) -> std::string {
+    if (!stages.contains(n) || !stages[n].is_object() || !stages[n].value("done", false)) return "";
+    return stages[n].value("finished_at", std::string());
+  };
+  const std::string at = finished(name);
+  if (at.empty()) return "";
+  auto it = std::find_if(r.stages.begin(), r.stages.end(), [&](const RecipeStage& s) { return s.name == name; });
+  if (it == r.stages.end()) return "";
+  for (const auto& u : it->uses) {
+    const std::string u_at = finished(u);
+    if (u_at.empty()) continue;
+    // finished_at is ISO 8601 UTC to the second: later is greater.
+    if (u_at > at) return str_cat(u, ", which it reads, finished after it (", u_at, " against ", at, ")");
+    std::string why = stale_reason(r, stages, u);
+    if (!why.empty()) return str_cat("it reads ", u, ", and ", why);
+  }
+  return "";
 }
 
 std::vector<std::string> visible_gpus() {
@@ -472,8 +503,19 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
           fmt::print(stderr, "recipe: warning: {} finished with {} command(s) where the recipe now has {}: its newer "
                      "outputs are missing (run it again: --stages {} --redo)\n", s->name, st["commands"].size(),
                      s->commands.size(), s->name);
+        const std::string stale = stale_reason(r, state["stages"], s->name);
+        if (!stale.empty())
+          fmt::print(stderr, "recipe: warning: {} may be stale: {} (run it again: --stages {} --redo)\n", s->name,
+                     stale, s->name);
         bar.advance(1, s->name);
         continue;
+      }
+      // Run now, it reads what the stages it uses made: say so where one of those may be stale.
+      for (const auto& u : s->uses) {
+        const std::string stale = stale_reason(r, state["stages"], u);
+        if (!stale.empty())
+          fmt::print(stderr, "recipe: warning: {} reads {}, which may be stale: {} (run it again: --stages {} --redo)\n",
+                     s->name, u, stale, u);
       }
       now.push_back(s);
     }

@@ -28,6 +28,8 @@
 // A stage that finished is recorded in RUN/recipe/state.json and skipped when the recipe runs
 // again, so a recipe runs across many short slices of GPU time; a stage that stopped part way
 // is run again, and its own commands resume (train's --resume, rft's reused verdicts, ...).
+// A finished stage whose inputs were made again after it (`uses`, stale_reason) is still
+// skipped, with a warning that names what changed and the command that remakes it.
 // Each stage's output goes to RUN/recipe/<stage>.log; its seconds, and the GPU seconds where a
 // GPU was visible, to state.json and RUN/recipe/stages.jsonl.
 #pragma once
@@ -47,6 +49,11 @@ struct RecipeStage {
   std::vector<std::vector<std::string>> commands;  // run in order, each must exit 0
   std::map<std::string, std::string> env;          // added to every command's environment
   std::string together;                            // run at once with the stages next to it that name it
+  // `uses`: earlier stages whose outputs this one reads. Only for warnings: a finished stage
+  // that a stage it uses (or one those use) finished after may be stale, and the recipe says so
+  // when it skips it or runs a stage that reads it (session 49: corpus made again without
+  // CUTLASS, the tokenizer kept from the corpus before, and nothing said).
+  std::vector<std::string> uses;
   int per_gpu = 0;  // together_per_gpu: at most this many of the group on one GPU at once (0: no limit)
   // together_gpu_mib: the GPU memory one of them may hold at its peak, in MiB (0: not said). A
   // group never puts more on a GPU than its memory holds (RunOptions::gpu_mib; fitting_per_gpu).
@@ -110,6 +117,11 @@ std::vector<std::string> expand_arg(const std::string& arg, const std::map<std::
 // Runs the recipe; returns the state (also in RUN/recipe/state.json). Throws mc::Error naming the
 // stage, its command and its log when a command fails.
 nlohmann::json run_recipe(const Recipe& r, const RunOptions& o);
+
+// Why finished stage `name` may be stale in a run whose state.json "stages" object is `stages`:
+// a stage it uses finished after it did, or one it uses is itself stale (followed back through
+// `uses`). "" when it is not, or has not finished.
+std::string stale_reason(const Recipe& r, const nlohmann::json& stages, const std::string& name);
 
 // The newest checkpoint folder under dir/checkpoints ("" : none).
 std::string last_checkpoint(const std::string& dir);

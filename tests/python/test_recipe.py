@@ -102,6 +102,7 @@ def test_tiny_recipe_end_to_end(tmp_path):
     # Again: every stage finished, so nothing runs.
     r = mc("recipe", os.path.join(ROOT, "recipes", "tiny", "recipe.toml"), "--out", run, "--no-progress")
     assert r.stderr.count("finished before") == len(stages), r.stderr
+    assert "may be stale" not in r.stderr, r.stderr  # the recipe's `uses` hold in a run made in order
     # The seed a fresh GPU machine starts from (scripts/recipe-seed.sh): the synth stage alone,
     # which a new run folder then skips.
     seed = tmp_path / "seed.tgz"
@@ -309,6 +310,40 @@ def test_recipe_errors_name_the_stage(tmp_path):
     recipe.write_text('[[stage]]\nname = "x"\ncommands = [["echo", "{last:nowhere}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run5", check=False)
     assert r.returncode == 2 and "has no checkpoint" in r.stderr, r.stderr
+
+
+def test_a_stage_made_again_warns_of_what_read_it(tmp_path):
+    """`uses`: a finished stage whose input was made again after it (session 49: corpus redone
+    without CUTLASS, the tokenizer kept from before) is skipped with a warning naming why and the
+    command that remakes it, followed back through `uses`; redone in order, nothing is said."""
+    recipe = tmp_path / "r.toml"
+    recipe.write_text('[[stage]]\nname = "a"\ncommands = [["true"]]\n\n'
+                      '[[stage]]\nname = "b"\nuses = ["a"]\ncommands = [["true"]]\n\n'
+                      '[[stage]]\nname = "c"\nuses = ["b"]\ncommands = [["true"]]\n')
+    run = tmp_path / "run"
+    r = mc("recipe", recipe, "--out", run, "--no-progress")
+    assert "stale" not in r.stderr, r.stderr
+    time.sleep(1.1)  # finished_at is to the second
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--stages", "a", "--redo")
+    assert "stale" not in r.stderr, r.stderr
+    r = mc("recipe", recipe, "--out", run, "--no-progress")
+    assert "recipe: warning: b may be stale: a, which it reads, finished after it (" in r.stderr, r.stderr
+    assert "(run it again: --stages b --redo)" in r.stderr
+    assert "recipe: warning: c may be stale: it reads b, and a, which it reads, finished after it" in r.stderr, r.stderr
+    assert "warning: a may be stale" not in r.stderr
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--stages", "c", "--redo")
+    assert "recipe: warning: c reads b, which may be stale: a, which it reads, finished after it" in r.stderr, r.stderr
+    r = mc("recipe", recipe, "--out", run, "--no-progress", "--stages", "b,c", "--redo")
+    assert "stale" not in r.stderr, r.stderr
+    r = mc("recipe", recipe, "--out", run, "--no-progress")
+    assert "stale" not in r.stderr and r.stderr.count("finished before") == 3, r.stderr
+    for uses, says in (('["c"]', "uses[0] 'c' is not a stage before it"), ('["b"]', "uses[0] 'b' is not a stage before it"),
+                       ('"a"', "'uses' must be an array of earlier stages' names")):
+        recipe.write_text('[[stage]]\nname = "a"\ncommands = [["true"]]\n\n'
+                          f'[[stage]]\nname = "b"\nuses = {uses}\ncommands = [["true"]]\n\n'
+                          '[[stage]]\nname = "c"\ncommands = [["true"]]\n')
+        r = mc("recipe", recipe, "--out", tmp_path / "bad", check=False)
+        assert r.returncode == 2 and "stage 'b'" in r.stderr and says in r.stderr, r.stderr
 
 
 def test_list_vars_become_several_arguments(tmp_path):
