@@ -19,7 +19,9 @@ def load_bench():
     return mod
 
 
-def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
+def smi_listing(tmp_path, monkeypatch):
+    """An nvidia-smi first on PATH that lists the process ids the returned file holds, one a line;
+    every GPU watched (no CUDA_VISIBLE_DEVICES)."""
     listed = tmp_path / "pids"
     smi = tmp_path / "bin" / "nvidia-smi"
     smi.parent.mkdir()
@@ -27,6 +29,11 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    return listed
+
+
+def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
+    listed = smi_listing(tmp_path, monkeypatch)
     bench = load_bench()
     # Another job's process (here: this test's parent) was on the GPU before the first arm.
     other = os.getppid()
@@ -55,13 +62,7 @@ def test_an_unreaped_process_does_not_make_the_host_busy(tmp_path, monkeypatch):
     """A GPU process nvidia-smi still lists after it exited (a zombie: session 50's turns@2 was
     flagged for five orphans under a PID 1 that does not reap) is counted apart; a live neighbour
     still flags the arm."""
-    listed = tmp_path / "pids"
-    smi = tmp_path / "bin" / "nvidia-smi"
-    smi.parent.mkdir()
-    smi.write_text(f"#!/bin/sh\ncat {listed}\n")
-    smi.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{smi.parent}:{os.environ['PATH']}")
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    listed = smi_listing(tmp_path, monkeypatch)
     bench = load_bench()
     arm = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
