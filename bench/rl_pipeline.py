@@ -172,13 +172,14 @@ class HostWatch:
             if pids:
                 mine |= descendants(self.proc.pid)
                 for pid in pids - mine - {os.getpid()}:
-                    name = command_of(pid)
                     fields = stat_fields(pid)
                     if fields and fields[0] == "Z":
                         # Exited, not yet reaped (an orphan under a PID 1 that does not reap): it
                         # runs nothing on the GPU. Session 50 flagged an arm for five of them.
-                        self.exited[pid] = name
-                    elif name is not None:  # gone by now: it was no long-lived neighbour
+                        self.exited[pid] = command_of(pid)
+                        continue
+                    name = command_of(pid)
+                    if name is not None:  # gone by now: it was no long-lived neighbour
                         self.others[pid] = name
             self.stop.wait(self.every)
 
@@ -212,6 +213,12 @@ def tokens(r):
 def base_of(arm):
     """The arm a run repeats: NAME@K is the K-th run of arm NAME."""
     return arm.split("@", 1)[0]
+
+
+def pooled_steps(runs, lo):
+    """The steps lo to N-1 (0-based lo; the last step left out, as it draws no next one) of every
+    run (SUMMARY.json arm entries), in one list: what "pooled" sums."""
+    return [r for s in runs for r in s["steps"][lo:-1]]
 
 
 def overhead_vs_per_token(rows, base):
@@ -357,15 +364,13 @@ def main():
             summary["repeats"][b] = {"step_s": v, "mean": sum(v) / len(v), "spread": (max(v) - min(v)) / min(v)}
     # Every run of an arm against every turn-by-turn run, pooled (steps, tokens and times summed
     # over the runs), per token: one run of each was within the spread of a repeat (session 44).
-    def pool(runs, lo):  # the steps lo to N-1 of every run
-        return [r for s in runs for r in s["steps"][lo:-1]]
     turns_runs = runs_of.get("turns", [])
     summary["pooled"] = {}
     if turns_runs and len(turns_runs[0]["steps"]) >= 4:
         for b, runs in runs_of.items():
             summary["pooled"][b] = {"runs": len(runs), "turns_runs": len(turns_runs),
-                                    "per_token_steady": overhead_vs_per_token(pool(runs, 1), pool(turns_runs, 1)),
-                                    "per_token_filled": overhead_vs_per_token(pool(runs, 2), pool(turns_runs, 2))}
+                                    "per_token_steady": overhead_vs_per_token(pooled_steps(runs, 1), pooled_steps(turns_runs, 1)),
+                                    "per_token_filled": overhead_vs_per_token(pooled_steps(runs, 2), pooled_steps(turns_runs, 2))}
         for b, r in summary["pooled"].items():
             print(f"{b} ({r['runs']} run(s), against {r['turns_runs']} turn-by-turn run(s), pooled): per token, steps "
                   f"2 to N-1 {100 * r['per_token_steady']:+.1f}%, steps 3 to N-1 {100 * r['per_token_filled']:+.1f}%")

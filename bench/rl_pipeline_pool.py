@@ -16,7 +16,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from rl_pipeline import base_of, overhead_vs_per_token  # noqa: E402
+from rl_pipeline import base_of, overhead_vs_per_token, pooled_steps  # noqa: E402
 
 
 def main():
@@ -38,8 +38,8 @@ def main():
             runs = summary["arms"]
         except (OSError, ValueError, KeyError) as e:
             sys.exit(f"rl_pipeline_pool: {path}: not a bench/rl_pipeline.py SUMMARY.json ({e})")
-        t = [r for arm, s in runs.items() if base_of(arm) in turns for r in s["steps"][lo:-1]]
-        mine = {arm: s["steps"][lo:-1] for arm, s in runs.items() if base_of(arm) in arms}
+        t = pooled_steps([s for arm, s in runs.items() if base_of(arm) in turns], lo)
+        mine = {arm: pooled_steps([s], lo) for arm, s in runs.items() if base_of(arm) in arms}
         if not t or not mine:
             sys.exit(f"rl_pipeline_pool: {path} has no {'turn-by-turn' if not t else 'measured'} run "
                      f"(arms there: {', '.join(runs)})")
