@@ -13,7 +13,9 @@ attention choice on the H100 before session 38); "async-defer-ahead" (as async-d
 --repairs-ahead: the next step's failed answers get their second turn while this step's last
 verdicts are judged, where the engine would wait idle); "turns-kv" and "async-defer-kv" with
 --reuse-kv (a later turn prefills only what its kept cache lacks); "async-defer-kv-exact" as that
-with --exact-prefill (the engine before session 48, which did not pad prefill calls). NAME@K is the K-th repeat of
+with --exact-prefill (the engine before session 48, which did not pad prefill calls);
+"async-carry-kv" as async-defer-kv with --carry-repairs (a step trains the groups whose answers all
+stopped at turn 1, and the next step finishes and trains those with repair turns). NAME@K is the K-th repeat of
 arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives each repeated arm's step times
 and their spread, since one run of each arm is not enough to tell arms ~15% apart. With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
@@ -55,7 +57,8 @@ KEYS = ("generate_s", "verify_wait_s", "drain_s", "train_s", "step_s", "verify_o
 # trials, timing, ...) and how many decode steps the engine took.
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
         "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s", "gen_continued",
-        "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s")
+        "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s",
+        "trained_groups", "carried_groups")
 
 
 def smi(*query):
@@ -270,7 +273,10 @@ def main():
              "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"],
              # As async-defer-kv before session 48: prefill of exactly the prompts' tokens, each call
              # a new GEMM shape (the engine now pads a call to one of a few sizes on CUDA).
-             "async-defer-kv-exact": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--exact-prefill"]}
+             "async-defer-kv-exact": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--exact-prefill"],
+             # async-defer-kv whose steps do not wait for their repairs: groups with repair turns
+             # are finished and trained by the next step (--carry-repairs).
+             "async-carry-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--carry-repairs"]}
     # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
     # differed by ~15% of step time, more than the effects the arms were to show).
     unknown = [arm for arm in a.arms.split(",") if base_of(arm) not in flags]

@@ -149,10 +149,13 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
 }
 
 void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                           const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs) {
+                           const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
+                           RolloutBatch* carried) {
   MC_CHECK(!beside || b.opts.pipeline, "rollouts: a batch decoded beside another needs pipelined turns");
   MC_CHECK(beside || !beside_repairs, "rollouts: repairs ahead need a batch beside");
-  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside, beside_repairs);
+  MC_CHECK((!carried && !b.opts.carry_repairs) || b.opts.pipeline, "rollouts: carried repairs need pipelined turns");
+  MC_CHECK(!beside_repairs || (!carried && !b.opts.carry_repairs), "rollouts: repairs ahead and carried repairs exclude each other");
+  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside, beside_repairs, carried);
   bool waited = false;
   for (;;) {
     if (!b.collected) {
@@ -169,9 +172,21 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
   }
 }
 
+std::vector<size_t> RolloutRunner::carried_groups(const RolloutBatch& b) {
+  std::vector<size_t> groups;
+  const size_t g = static_cast<size_t>(b.opts.group_size);
+  for (size_t p = 0; p < b.prompts.size(); ++p)
+    for (size_t i = p * g; i < (p + 1) * g; ++i)
+      if (b.traj[i].turns.size() != 1 || b.traj[i].stop_reason.empty()) {
+        groups.push_back(p);
+        break;
+      }
+  return groups;
+}
+
 void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                                      const std::function<void()>& at_first_wait, RolloutBatch* beside,
-                                     bool beside_repairs) {
+                                     bool beside_repairs, RolloutBatch* carried) {
   c10::AutoGradMode no_grad(false);
   // A batch's answers in this loop: b's own, and `beside`'s.
   struct Flow {
@@ -185,7 +200,8 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     // `beside` (but with beside_repairs until b has stopped): its answers are only submitted.
     bool settle;
   };
-  Flow own(&b, true), next(beside, beside_repairs);
+  // `carried`'s answers are taken like b's own: the loop ends only once they have all stopped.
+  Flow own(&b, true), next(beside, beside_repairs), carry(carried, true);
   auto problem_key = [&](const Flow& f, size_t i) -> const std::string& {
     return tasks[f.b->prompts[f.b->traj[i].prompt].task].problem->key;
   };
@@ -238,7 +254,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
     if (!next_request(*f.b, i, turn, &r, stats)) return;
-    if (stats && own.generating + next.generating > 0) ++stats->asked_while_decoding;
+    if (stats && own.generating + next.generating + carry.generating > 0) ++stats->asked_while_decoding;
     if (stats && &f == &next) ++stats->asked_ahead;
     ++f.generating;
     std::vector<int32_t> context = r.prompt;
@@ -279,30 +295,37 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     }
   };
 
-  // Where start() (or a checkpoint, or the last finish() beside) left the batch: no turn yet
-  // (the first is decoded here), its running trajectories' last answers being judged, or judged.
-  std::vector<Trajectory>& traj = b.traj;
-  std::vector<size_t> ready;
-  if (b.turns == 0) {
-    add_first_turn(own);
-  } else if (!b.collected) {
-    for (size_t i : b.answering)
-      if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) own.judging.insert(i);
-    for (size_t i : b.answering) {
-      const TurnRecord& rec = traj[i].turns.back();
-      if (rec.twin_of && pending(own, *rec.twin_of)) own.twins_of[*rec.twin_of].push_back(i);
-      else if (rec.twin_of || rec.reused) ready.push_back(i);
+  // Where start() (or a checkpoint, or the last finish() beside or carrying) left a batch: no
+  // turn yet (the first is decoded here), its running trajectories' last answers being judged,
+  // or judged.
+  auto pick_up = [&](Flow& f) {
+    RolloutBatch& x = *f.b;
+    std::vector<Trajectory>& traj = x.traj;
+    std::vector<size_t> ready;
+    if (x.turns == 0) {
+      add_first_turn(f);
+    } else if (!x.collected) {
+      for (size_t i : x.answering)
+        if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) f.judging.insert(i);
+      for (size_t i : x.answering) {
+        const TurnRecord& rec = traj[i].turns.back();
+        if (rec.twin_of && pending(f, *rec.twin_of)) f.twins_of[*rec.twin_of].push_back(i);
+        else if (rec.twin_of || rec.reused) ready.push_back(i);
+      }
+    } else {
+      for (size_t i = 0; i < traj.size(); ++i)
+        if (traj[i].stop_reason.empty() && !traj[i].turns.empty()) ready.push_back(i);
     }
-  } else {
-    for (size_t i = 0; i < traj.size(); ++i)
-      if (traj[i].stop_reason.empty() && !traj[i].turns.empty()) ready.push_back(i);
-  }
-  b.answering.clear();
-  b.twins.clear();
-  for (size_t i : ready) {
-    if (traj[i].turns.back().twin_of) take_twin(own, i);
-    verdict(own, i);
-  }
+    x.answering.clear();
+    x.twins.clear();
+    for (size_t i : ready) {
+      if (traj[i].turns.back().twin_of) take_twin(f, i);
+      verdict(f, i);
+    }
+  };
+  std::vector<Trajectory>& traj = b.traj;
+  if (carried) pick_up(carry);
+  pick_up(own);
   // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
   // MooreEval as they land, as generate_turn's would.
   if (beside) {
@@ -318,33 +341,50 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   std::vector<size_t> ids;
   auto judging_ids = [&] {  // the verdicts this loop takes: own's, and beside's while settled here
     ids.clear();
-    for (const Flow* f : {&own, &next})
-      if (f->settle)
+    for (const Flow* f : {&own, &next, &carry})
+      if (f->settle && f->b)
         for (size_t i : f->judging) ids.push_back(f->b->id_base + i);
     return ids;
   };
-  auto flow_of = [&](size_t id) -> Flow& {
-    return beside && id >= beside->id_base && id - beside->id_base < beside->traj.size() ? next : own;
+  // Verifier ids are id_base + trajectory: each batch's range tells whose an answer is.
+  auto in = [](const RolloutBatch* x, size_t id) { return x && id >= x->id_base && id - x->id_base < x->traj.size(); };
+  auto flow_of = [&](size_t id) -> Flow& { return in(beside, id) ? next : in(carried, id) ? carry : own; };
+  // b is done: every trajectory stopped, or (carry_repairs) every first answer judged, the rest
+  // left to the next step; `carried` is done when all its trajectories have stopped.
+  auto first_answers_judged = [&] {
+    for (size_t i : own.judging)
+      if (traj[i].turns.size() == 1) return false;
+    for (const auto& [answer, twins] : own.twins_of)
+      for (size_t j : twins)
+        if (traj[j].turns.size() == 1) return false;
+    return true;
+  };
+  auto done = [&] {
+    return carry.judging.empty() && (own.judging.empty() || (b.opts.carry_repairs && first_answers_judged()));
   };
   for (;;) {
     // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
     if (own.judging.empty() && own.generating == 0) next.settle = false;
+    // Carrying, once `beside`'s first turn is decoded and b's first answers are judged, b's later
+    // verdicts are left to the next step too: its repairs then decode there, beside that step's
+    // work, rather than here in thin batches while the update waits.
+    if (b.opts.carry_repairs && beside && own.settle && next.generating == 0 && first_answers_judged()) own.settle = false;
     if (!judging_ids().empty())
       for (auto& [id, r] : verifier_.collect_ready(ids)) arrived(flow_of(id), id, std::move(r));
-    if (own.generating > 0 || next.generating > 0) {  // the judges may not time while our kernels run
+    if (own.generating > 0 || next.generating > 0 || carry.generating > 0) {  // the judges may not time while our kernels run
       if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
         auto th = Clock::now();
         hold(true);
         if (stats) stats->verify_wait_s += since(th);
       }
-      const bool draining = own.judging.empty() && own.generating == 0;
+      const bool draining = own.judging.empty() && own.generating == 0 && carry.judging.empty() && carry.generating == 0;
       auto t0 = Clock::now();
       engine_.step();
       if (stats) {
         stats->generate_s += since(t0);
         if (draining) stats->drain_s += since(t0);
       }
-      for (Flow* f : {&own, &next})
+      for (Flow* f : {&own, &next, &carry})
         for (size_t i : std::exchange(f->to_plant, {})) {
           Trajectory& t = f->b->traj[i];
           plant(t.turns.back(), *planted_->find(problem_key(*f, i), f->b->opts.step, static_cast<int>(t.turns.size()), t.sample),
@@ -353,7 +393,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
         }
       continue;
     }
-    if (own.judging.empty()) break;
+    if (done()) break;
     hold(false);
     if (!waited && at_first_wait) {
       waited = true;
@@ -370,20 +410,30 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     if (stats) stats->verify_wait_s += since(t1);
   }
   hold(false);
-  MC_INTERNAL_ASSERT(own.twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
-  if (beside) {
-    // Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
-    // memory's): the next finish() takes them.
-    beside->answering.clear();
-    beside->twins.clear();
-    for (size_t i = 0; i < beside->traj.size(); ++i) {
-      if (!beside->traj[i].stop_reason.empty()) continue;
-      beside->answering.push_back(i);
-      if (beside->traj[i].turns.back().twin_of) beside->twins.push_back(i);
+  MC_INTERNAL_ASSERT(carry.twins_of.empty() && (b.opts.carry_repairs || own.twins_of.empty()),
+                     "rollouts: an answer's twin waits for a verdict that never came");
+  // Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
+  // memory's): the next finish() takes them.
+  auto leave = [](RolloutBatch& x) {
+    x.answering.clear();
+    x.twins.clear();
+    for (size_t i = 0; i < x.traj.size(); ++i) {
+      if (!x.traj[i].stop_reason.empty()) continue;
+      x.answering.push_back(i);
+      if (x.traj[i].turns.back().twin_of) x.twins.push_back(i);
     }
-    beside->collected = beside->answering.empty();
-  }
+    x.collected = x.answering.empty();
+  };
+  if (beside) leave(*beside);
   if (!waited && at_first_wait) at_first_wait();
+  if (carried) carried->collected = true;
+  if (b.opts.carry_repairs) {
+    // Stopped trajectories give their kept caches back; running ones keep theirs (an update in
+    // between gives every kept cache up anyway).
+    for (auto& t : traj)
+      if (!t.stop_reason.empty()) let_go(t);
+    return leave(b);
+  }
   for (auto& t : traj) {
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
     let_go(t);

@@ -101,6 +101,15 @@ struct RolloutOptions {
   // re-tokenizes differently, is prefilled, instead of the whole conversation. The owner calls
   // the engine's release_kept() when the weights change.
   bool reuse_kv = false;
+  // Pipelined: a group whose answers did not all stop at turn 1 (a trajectory needed a repair
+  // turn) is not waited for. finish() returns once every turn-1 verdict is in and the engine has
+  // nothing left to decode, leaving such groups' running trajectories with their last answers
+  // being judged; the owner trains the other groups now and hands this batch to the next
+  // finish() as `carried`, which finishes them there (their repairs decode beside that step's
+  // work), so the step does not wait out the chain answer -> compile -> repair -> compile.
+  // Which groups are carried depends on verdicts, not on when they came: the same run trains
+  // the same groups at the same steps.
+  bool carry_repairs = false;
 };
 
 // Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
@@ -180,9 +189,17 @@ class RolloutRunner {
   // last verdicts are judged instead of waiting idle; asking stops when this batch has stopped,
   // and `beside` is left with each running trajectory's last answer awaiting its verdict, at
   // whatever turn it has reached.
+  // `carried` (pipelined): the last step's batch left by b.opts.carry_repairs, its verdicts taken
+  // and its trajectories answered here until every one has stopped; finish() does not return
+  // before. b itself may be left so in turn (b.opts.carry_repairs; b.collected false, `answering`
+  // its running trajectories): `carried_groups` says which of its groups have a trajectory that
+  // needed a repair turn.
   void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
               const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr,
-              bool beside_repairs = false);
+              bool beside_repairs = false, RolloutBatch* carried = nullptr);
+  // The groups (prompt indices) of b whose trajectories did not all stop at their first answer:
+  // those RolloutOptions::carry_repairs leaves for the next step.
+  static std::vector<size_t> carried_groups(const RolloutBatch& b);
   // One step of each: the next turn for every trajectory still going (false: none), and the
   // wait for its verdicts.
   // generate_turn needs every running trajectory at the same turn (a batch from pipelined turns
@@ -197,7 +214,8 @@ class RolloutRunner {
   // as it comes and asks for that trajectory's next answer at once. The judges are held while
   // the engine has work and released while the loop waits for verdicts with nothing to decode.
   void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                        const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs);
+                        const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
+                        RolloutBatch* carried);
   // Prompt p's first turn: G samples of one request.
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's

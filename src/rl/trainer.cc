@@ -79,6 +79,10 @@ void check_options(const RlOptions& o) {
            " contradict each other: --async already trains on rollouts one step old (use one of them)");
   MC_CHECK(!o.repairs_ahead || (o.async && o.pipeline_turns),
            "--repairs-ahead asks for the next step's later turns beside this step's: it needs --async and --pipeline-turns");
+  MC_CHECK(!o.carry_repairs || o.pipeline_turns,
+           "--carry-repairs finishes a step's repair turns in the next step's pipelined loop: it needs --pipeline-turns");
+  MC_CHECK(!(o.carry_repairs && o.repairs_ahead), "--carry-repairs and --repairs-ahead contradict each other: the next "
+           "step's repairs are asked for in this step, or this step's in the next (use one of them)");
   MC_CHECK(o.keep_solved.empty() || o.keep_varied.empty(),
            "--keep-solved and --keep-varied contradict each other: give one probe filter");
   MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
@@ -254,6 +258,39 @@ StepRollouts step_rollouts_from_json(const json& j, const std::map<std::string, 
   return s;
 }
 
+// --carry-repairs: a step's rollouts whose groups with repair turns (`groups`, prompt indices)
+// are finished and trained by the next step. Saved with a checkpoint, its verdicts so far in.
+struct Carried {
+  StepRollouts from;
+  int64_t step = 0;  // 0-based, the step that drew it
+  std::vector<size_t> groups;
+};
+
+json to_json(const Carried& c, const std::vector<synth::Task>& tasks) {
+  return {{"step", c.step}, {"groups", c.groups}, {"rollouts", to_json(c.from, tasks)}};
+}
+
+Carried carried_from_json(const json& j, const std::map<std::string, size_t>& task_by_key) {
+  return {step_rollouts_from_json(j.at("rollouts"), task_by_key), j.at("step").get<int64_t>(),
+          j.at("groups").get<std::vector<size_t>>()};
+}
+
+// Groups `groups` of `from` (G trajectories each) appended to `into`, their prompts re-indexed;
+// a group's order among the step's (its retry-buffer events are applied in that order) is
+// order_base + its index among its own step's prompts.
+void take_groups(const StepRollouts& from, const std::vector<size_t>& groups, int G, size_t order_base, StepRollouts* into) {
+  for (size_t p : groups) {
+    const size_t q = into->batch.prompts.size();
+    into->batch.prompts.push_back(from.batch.prompts[p]);
+    into->global_index.push_back(order_base + from.global_index[p]);
+    for (int g = 0; g < G; ++g) {
+      Trajectory t = from.batch.traj[p * static_cast<size_t>(G) + static_cast<size_t>(g)];
+      t.prompt = q;
+      into->batch.traj.push_back(std::move(t));
+    }
+  }
+}
+
 json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
   json turns = json::array();
   for (const auto& r : t.turns)
@@ -360,7 +397,9 @@ RlResult run_rl(const RlOptions& o) {
                             {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
                             {"order", o.order}, {"off_policy", o.off_policy}};
   auto next_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-next-rank{:05d}.json", dist.rank()); };
+  auto carry_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-carry-rank{:05d}.json", dist.rank()); };
   std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated (and more: --repairs-ahead)
+  std::optional<Carried> carry;       // --carry-repairs: the last step's groups with repairs, finished in this step
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
   std::optional<double> anchor_start;  // the anchor set's loss before the first step
@@ -388,6 +427,9 @@ RlResult run_rl(const RlOptions& o) {
              " --async (give the same)");
     if (o.async && fs::exists(next_file(ckpt->dir)))
       next = step_rollouts_from_json(json::parse(std::ifstream(next_file(ckpt->dir))), task_by_key);
+    MC_CHECK(st.value("carry_repairs", false) == o.carry_repairs, "--resume: the run in ", ckpt->dir,
+             (o.carry_repairs ? " ran without" : " ran with"), " --carry-repairs (give the same)");
+    if (fs::exists(carry_file(ckpt->dir))) carry = carried_from_json(json::parse(std::ifstream(carry_file(ckpt->dir))), task_by_key);
     if (st.contains("pending")) {
       // Each rank's waiting sequences, in its own file.
       auto f = fs::path(ckpt->dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank());
@@ -419,16 +461,18 @@ RlResult run_rl(const RlOptions& o) {
     json st = {{"kind", "rl"}, {"step", step}, {"data_position", {{"epoch", epoch}, {"index", index}}},
                {"retry_buffer", buffer.to_json()}, {"elapsed_s", elapsed}, {"world_size", dist.world()},
                {"fingerprint", fingerprint}, {"total_steps", sched.total_steps}, {"pending", o.off_policy > 0},
-               {"async", o.async}};
+               {"async", o.async}, {"carry_repairs", o.carry_repairs}};
     if (anchor_start) st["anchor_loss_start"] = *anchor_start;
     // The next step's answers so far are saved with their verdicts: wait for them.
     if (next) runner.collect_turn(next->batch, nullptr);
+    if (carry) runner.collect_turn(carry->from.batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
                            [&](const std::string& dir) {
                              if (o.off_policy > 0)
                                std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
                                    << to_json(pending).dump() << "\n";
                              if (next) std::ofstream(next_file(dir)) << dump_json(to_json(*next, tasks)) << "\n";
+                             if (carry) std::ofstream(carry_file(dir)) << dump_json(to_json(*carry, tasks)) << "\n";
                              if (memory.enabled()) std::ofstream(memory_file(dir)) << dump_json(memory.to_json()) << "\n";
                            });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
@@ -487,6 +531,7 @@ RlResult run_rl(const RlOptions& o) {
     ropt.hold_judges = o.hold_judges;
     ropt.pipeline = o.pipeline_turns;
     ropt.reuse_kv = o.reuse_kv;
+    ropt.carry_repairs = o.carry_repairs && step + 1 < sched.total_steps;  // the last step leaves nothing
     ropt.tag = fmt::format("s{}r{}", step, dist.rank());
     ropt.step = step + 1;
     ropt.memory = memory.enabled() ? &memory : nullptr;
@@ -537,18 +582,52 @@ RlResult run_rl(const RlOptions& o) {
       draw_next(/*first_turn_now=*/true);
       prefetch_s = since(t);
     };
-    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr, beside && o.repairs_ahead);
-    const std::vector<RolloutPrompt>& mine = cur.batch.prompts;
-    const std::vector<size_t>& global_index = cur.global_index;
-    std::vector<Trajectory>& traj = cur.batch.traj;
-    const size_t repairs_drawn = cur.repairs_drawn, repairs_skipped = cur.repairs_skipped;
+    if (carry) carry->from.batch.opts = rollout_options(carry->step);  // (not saved in a checkpoint)
+    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr, beside && o.repairs_ahead,
+                  carry ? &carry->from.batch : nullptr);
+    // What this step trains: the groups carried from the last step (all stopped now), then its own,
+    // less those with repairs still going when it carries them (--carry-repairs).
+    const std::vector<size_t> left =
+        cur.batch.opts.carry_repairs ? RolloutRunner::carried_groups(cur.batch) : std::vector<size_t>{};
+    StepRollouts done;
+    size_t carried_in = 0;
+    if (!carry && left.empty()) {
+      done = std::move(cur);
+    } else {
+      size_t base = 0;
+      if (carry) {
+        take_groups(carry->from, carry->groups, o.group_size, 0, &done);
+        carried_in = carry->groups.size();
+        base = carry->from.prompts;
+      }
+      std::vector<size_t> own;
+      for (size_t p = 0, k = 0; p < cur.batch.prompts.size(); ++p) {
+        if (k < left.size() && left[k] == p) ++k;
+        else own.push_back(p);
+      }
+      take_groups(cur, own, o.group_size, base, &done);
+      done.prompts = cur.prompts;
+      done.repairs_drawn = cur.repairs_drawn;
+      done.repairs_skipped = cur.repairs_skipped;
+    }
+    carry.reset();
+    if (!left.empty()) carry = Carried{std::move(cur), step, left};
+    const std::vector<RolloutPrompt>& mine = done.batch.prompts;
+    const std::vector<size_t>& global_index = done.global_index;
+    std::vector<Trajectory>& traj = done.batch.traj;
+    const size_t repairs_drawn = done.repairs_drawn, repairs_skipped = done.repairs_skipped;
 
     // --- 3. rewards, advantages, retry-buffer events
     json acc = json::object();
     json events = json::array();
     auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
-    add("twin_answers", static_cast<double>(cur.batch.twin_answers));
-    add("reused_answers", static_cast<double>(cur.batch.reused_answers));
+    add("carried_out", static_cast<double>(left.size()));
+    add("carried_in", static_cast<double>(carried_in));
+    for (const auto& t : traj)  // answers that shared another's verdict, in this step or an earlier one
+      for (const auto& r : t.turns) {
+        if (r.twin_of) add("twin_answers", 1);
+        if (r.reused) add("reused_answers", 1);
+      }
     for (size_t p = 0; p < mine.size(); ++p) {
       std::vector<size_t> scored;
       bool any_pass = false;
@@ -800,7 +879,12 @@ RlResult run_rl(const RlOptions& o) {
                 {"reward_std", std::sqrt(std::max(0.0, ratio(num(m, "reward_sq"), scored) - rmean * rmean))},
                 {"trajectories", num(m, "trajectories")},
                 {"infra_trajectories", num(m, "infra_trajectories")},
-                {"prompts", static_cast<double>(cur.prompts)},
+                {"prompts", static_cast<double>(done.prompts)},
+                // --carry-repairs: groups trained (the last step's carried ones included), this
+                // step's groups left to the next, and the last step's trained here.
+                {"trained_groups", num(m, "groups")},
+                {"carried_groups", num(m, "carried_out")},
+                {"carried_in_groups", num(m, "carried_in")},
                 {"repair_prompts", num(m, "repair_groups")},
                 {"all_failed_share", ratio(num(m, "all_failed_groups"), num(m, "groups"))},
                 {"zero_signal_share", ratio(num(m, "zero_signal_groups"), num(m, "groups"))},

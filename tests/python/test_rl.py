@@ -647,3 +647,56 @@ def assert_same_trajectories(ref, out, later_text=True):
                            [(x["verdict"], x["answer"] if later_text or k == 0 else None) for k, x in enumerate(t["turns"])],
                            t["reward"]) for t in read_jsonl(run / "samples" / step))
         assert turns(out) == turns(ref), step
+
+
+def test_carry_repairs(setup):
+    """--carry-repairs: a step trains the groups whose answers all stopped at turn 1 and hands the
+    groups with repair turns to the next step, which finishes and trains them, so no step waits
+    for its last repairs' verdicts. In this plan every group has a repair, so step 1 trains
+    nothing and carries both; step 2 trains step 1's groups (no update happened in between, so
+    on-policy) exactly as test_pipelined_turns's --async --pipeline-turns run trained them at its
+    step 1: the same trajectories, verdicts, rewards and update, to the weights. The last step
+    carries nothing. Killed after step 2 and resumed from step 1's checkpoint, which holds the
+    carried groups with their verdicts, the run is the same."""
+    from safetensors.torch import load_file
+    import torch
+    base = setup[0]
+    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns")
+    ref, out, killed = base / "async-pipelined", base / "async-carry", base / "async-carry-killed"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--carry-repairs"))
+    a, r = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
+    assert [x["carried_groups"] for x in a] == [2, 2, 0], [x["carried_groups"] for x in a]
+    assert [x["carried_in_groups"] for x in a] == [0, 2, 2]
+    assert [x["trained_groups"] for x in a] == [0, 2, 4]
+    assert [x["trained_groups"] for x in r] == [2, 2, 2] and all(x["carried_groups"] == 0 for x in r)
+    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0
+    # Step 2 trains step 1's groups: what the reference trained at step 1, by the same weights.
+    for k in ("verdicts", "reward_mean", "reward_std", "rescued_turn2", "all_failed_share", "trained_tokens",
+              "trained_sequences", "grad_norm", "twin_answers_share", "bdr_added"):
+        assert a[1][k] == pytest.approx(r[0][k], rel=1e-5, abs=1e-7), k
+    assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4
+    wa = load_file(str(out / "checkpoints" / "step-00000002" / "model.safetensors"))
+    wr = load_file(str(ref / "checkpoints" / "step-00000001" / "model.safetensors"))
+    for n in wa:
+        torch.testing.assert_close(wa[n], wr[n], rtol=0, atol=1e-6)
+
+    def turns(run, step):
+        return sorted((t["problem"], t["sample"], t["repair"], [x["verdict"] for x in t["turns"]], t["reward"],
+                       t["advantage"]) for t in read_jsonl(run / "samples" / f"step-{step:08d}.jsonl"))
+    assert turns(out, 2) == turns(ref, 1)
+    # The checkpoint holds the carried groups, their verdicts in.
+    saved = json.loads((out / "checkpoints" / "step-00000001" / "rl-carry-rank00000.json").read_text())
+    assert saved["step"] == 0 and saved["groups"] == [0, 1]
+    assert all(t["stop"] for t in saved["rollouts"]["batch"]["trajectories"])
+    kill_after_step_2(setup, killed, *args, "--carry-repairs")
+    resume_from_step_1(setup, killed, *args, "--carry-repairs")
+    assert_same_run(out, killed)
+    r2 = mc(*rl_args(setup, killed, *args, "--resume"), check=False)
+    assert r2.returncode != 0 and "ran with --carry-repairs" in r2.stderr, r2.stderr[-2000:]
+    for extra, says in ((("--max-steps", "1", "--carry-repairs"), "needs --pipeline-turns"),
+                        (("--max-steps", "1", "--async", "--pipeline-turns", "--carry-repairs", "--repairs-ahead"),
+                         "contradict")):
+        r2 = mc(*rl_args(setup, base / "carry-bad", *extra), check=False)
+        assert r2.returncode != 0 and says in r2.stderr and "--carry-repairs" in r2.stderr, r2.stderr[-2000:]
