@@ -1,6 +1,8 @@
 #include "rl/rollout.h"
 
+#include <algorithm>
 #include <chrono>
+#include <deque>
 #include <set>
 #include <utility>
 
@@ -150,11 +152,12 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
 
 void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                            const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
-                           RolloutBatch* carried) {
+                           const std::vector<CarriedBatch>& carried) {
   MC_CHECK(!beside || b.opts.pipeline, "rollouts: a batch decoded beside another needs pipelined turns");
   MC_CHECK(beside || !beside_repairs, "rollouts: repairs ahead need a batch beside");
-  MC_CHECK((!carried && !b.opts.carry_repairs) || b.opts.pipeline, "rollouts: carried repairs need pipelined turns");
-  MC_CHECK(!beside_repairs || (!carried && !b.opts.carry_repairs), "rollouts: repairs ahead and carried repairs exclude each other");
+  MC_CHECK((carried.empty() && !b.opts.carry_repairs) || b.opts.pipeline, "rollouts: carried repairs need pipelined turns");
+  MC_CHECK(!beside_repairs || (carried.empty() && !b.opts.carry_repairs),
+           "rollouts: repairs ahead and carried repairs exclude each other");
   if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside, beside_repairs, carried);
   bool waited = false;
   for (;;) {
@@ -172,25 +175,20 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
   }
 }
 
-std::vector<size_t> RolloutRunner::carried_groups(const RolloutBatch& b) {
-  std::vector<size_t> groups;
+int RolloutRunner::group_turns(const RolloutBatch& b, size_t p) {
   const size_t g = static_cast<size_t>(b.opts.group_size);
-  for (size_t p = 0; p < b.prompts.size(); ++p)
-    for (size_t i = p * g; i < (p + 1) * g; ++i)
-      if (b.traj[i].turns.size() != 1 || b.traj[i].stop_reason.empty()) {
-        groups.push_back(p);
-        break;
-      }
-  return groups;
+  size_t most = 0;
+  for (size_t i = p * g; i < (p + 1) * g; ++i) most = std::max(most, b.traj[i].turns.size());
+  return static_cast<int>(most);
 }
 
 void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                                      const std::function<void()>& at_first_wait, RolloutBatch* beside,
-                                     bool beside_repairs, RolloutBatch* carried) {
+                                     bool beside_repairs, const std::vector<CarriedBatch>& carried) {
   c10::AutoGradMode no_grad(false);
-  // A batch's answers in this loop: b's own, and `beside`'s.
+  // A batch's answers in this loop: b's own, `beside`'s, and each carried batch's.
   struct Flow {
-    Flow(RolloutBatch* x, bool s) : b(x), settle(s) {}
+    Flow(RolloutBatch* x, bool s, int d = 0) : b(x), settle(s), due(d) {}
     RolloutBatch* b;
     std::set<size_t> judging;  // trajectories whose last answer MooreEval is judging
     std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
@@ -199,9 +197,21 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     // Verdicts are taken here and a failed answer's next turn asked for at once. Off for
     // `beside` (but with beside_repairs until b has stopped): its answers are only submitted.
     bool settle;
+    int due;  // the loop ends once every answer up to this turn has its verdict (b's and carried batches')
   };
-  // `carried`'s answers are taken like b's own: the loop ends only once they have all stopped.
-  Flow own(&b, true), next(beside, beside_repairs), carry(carried, true);
+  Flow own(&b, true, b.opts.carry_repairs ? 1 : b.opts.max_turns), next(beside, beside_repairs);
+  std::deque<Flow> carry;  // (a deque: the engine's callbacks hold on to a Flow's address)
+  for (const CarriedBatch& c : carried) {
+    MC_INTERNAL_ASSERT(c.batch && c.due >= 1 && c.due <= c.batch->opts.max_turns, "rollouts: a carried batch's due turn");
+    carry.emplace_back(c.batch, true, c.due);
+  }
+  std::vector<Flow*> settling = {&own};  // the flows whose verdicts may be due
+  for (Flow& f : carry) settling.push_back(&f);
+  auto generating = [&] {
+    int64_t n = next.generating;
+    for (const Flow* f : settling) n += f->generating;
+    return n;
+  };
   auto problem_key = [&](const Flow& f, size_t i) -> const std::string& {
     return tasks[f.b->prompts[f.b->traj[i].prompt].task].problem->key;
   };
@@ -254,7 +264,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     const int turn = static_cast<int>(t.turns.size()) + 1;
     gen::GenerationRequest r;
     if (!next_request(*f.b, i, turn, &r, stats)) return;
-    if (stats && own.generating + next.generating + carry.generating > 0) ++stats->asked_while_decoding;
+    if (stats && generating() > 0) ++stats->asked_while_decoding;
     if (stats && &f == &next) ++stats->asked_ahead;
     ++f.generating;
     std::vector<int32_t> context = r.prompt;
@@ -323,8 +333,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
       verdict(f, i);
     }
   };
-  std::vector<Trajectory>& traj = b.traj;
-  if (carried) pick_up(carry);
+  for (Flow& f : carry) pick_up(f);
   pick_up(own);
   // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
   // MooreEval as they land, as generate_turn's would.
@@ -341,50 +350,67 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   std::vector<size_t> ids;
   auto judging_ids = [&] {  // the verdicts this loop takes: own's, and beside's while settled here
     ids.clear();
-    for (const Flow* f : {&own, &next, &carry})
-      if (f->settle && f->b)
+    for (const Flow* f : settling)
+      if (f->settle)
         for (size_t i : f->judging) ids.push_back(f->b->id_base + i);
+    if (next.settle)
+      for (size_t i : next.judging) ids.push_back(beside->id_base + i);
     return ids;
   };
   // Verifier ids are id_base + trajectory: each batch's range tells whose an answer is.
   auto in = [](const RolloutBatch* x, size_t id) { return x && id >= x->id_base && id - x->id_base < x->traj.size(); };
-  auto flow_of = [&](size_t id) -> Flow& { return in(beside, id) ? next : in(carried, id) ? carry : own; };
-  // b is done: every trajectory stopped, or (carry_repairs) every first answer judged, the rest
-  // left to the next step; `carried` is done when all its trajectories have stopped.
-  auto first_answers_judged = [&] {
-    for (size_t i : own.judging)
-      if (traj[i].turns.size() == 1) return false;
-    for (const auto& [answer, twins] : own.twins_of)
-      for (size_t j : twins)
-        if (traj[j].turns.size() == 1) return false;
+  auto flow_of = [&](size_t id) -> Flow& {
+    if (in(beside, id)) return next;
+    for (Flow& f : carry)
+      if (in(f.b, id)) return f;
+    return own;
+  };
+  // Flow f is through its due turn: no running trajectory has an answer up to that turn still to
+  // come or awaiting its verdict (MooreEval's, or a twin's). A failed answer at the due turn whose
+  // next turn is asked for is through it.
+  std::vector<char> waiting;
+  auto due = [&](const Flow& f) {
+    const std::vector<Trajectory>& tr = f.b->traj;
+    waiting.assign(tr.size(), 0);
+    for (size_t i : f.judging) waiting[i] = 1;
+    for (const auto& [answer, twins] : f.twins_of)
+      for (size_t j : twins) waiting[j] = 1;
+    const size_t d = static_cast<size_t>(f.due);
+    for (size_t i = 0; i < tr.size(); ++i) {
+      if (!tr[i].stop_reason.empty() || tr[i].turns.size() > d) continue;
+      if (tr[i].turns.size() < d || waiting[i]) return false;
+    }
     return true;
   };
-  auto done = [&] {
-    return carry.judging.empty() && (own.judging.empty() || (b.opts.carry_repairs && first_answers_judged()));
-  };
+  auto done = [&] { return std::all_of(settling.begin(), settling.end(), [&](const Flow* f) { return due(*f); }); };
   for (;;) {
     // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
     if (own.judging.empty() && own.generating == 0) next.settle = false;
     // Carrying, once `beside`'s first turn is decoded and b's first answers are judged, b's later
     // verdicts are left to the next step too: its repairs then decode there, beside that step's
     // work, rather than here in thin batches while the update waits.
-    if (b.opts.carry_repairs && beside && own.settle && next.generating == 0 && first_answers_judged()) own.settle = false;
+    if (beside && next.generating == 0)
+      for (Flow* f : settling)
+        if (f->settle && f->due < f->b->opts.max_turns && due(*f)) f->settle = false;
     if (!judging_ids().empty())
       for (auto& [id, r] : verifier_.collect_ready(ids)) arrived(flow_of(id), id, std::move(r));
-    if (own.generating > 0 || next.generating > 0 || carry.generating > 0) {  // the judges may not time while our kernels run
+    if (generating() > 0) {  // the judges may not time while our kernels run
       if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
         auto th = Clock::now();
         hold(true);
         if (stats) stats->verify_wait_s += since(th);
       }
-      const bool draining = own.judging.empty() && own.generating == 0 && carry.judging.empty() && carry.generating == 0;
+      const bool draining = std::all_of(settling.begin(), settling.end(),
+                                        [](const Flow* f) { return f->judging.empty() && f->generating == 0; });
       auto t0 = Clock::now();
       engine_.step();
       if (stats) {
         stats->generate_s += since(t0);
         if (draining) stats->drain_s += since(t0);
       }
-      for (Flow* f : {&own, &next, &carry})
+      std::vector<Flow*> all = settling;
+      all.push_back(&next);
+      for (Flow* f : all)
         for (size_t i : std::exchange(f->to_plant, {})) {
           Trajectory& t = f->b->traj[i];
           plant(t.turns.back(), *planted_->find(problem_key(*f, i), f->b->opts.step, static_cast<int>(t.turns.size()), t.sample),
@@ -410,8 +436,6 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     if (stats) stats->verify_wait_s += since(t1);
   }
   hold(false);
-  MC_INTERNAL_ASSERT(carry.twins_of.empty() && (b.opts.carry_repairs || own.twins_of.empty()),
-                     "rollouts: an answer's twin waits for a verdict that never came");
   // Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
   // memory's): the next finish() takes them.
   auto leave = [](RolloutBatch& x) {
@@ -426,19 +450,23 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
   };
   if (beside) leave(*beside);
   if (!waited && at_first_wait) at_first_wait();
-  if (carried) carried->collected = true;
-  if (b.opts.carry_repairs) {
-    // Stopped trajectories give their kept caches back; running ones keep theirs (an update in
-    // between gives every kept cache up anyway).
-    for (auto& t : traj)
-      if (!t.stop_reason.empty()) let_go(t);
-    return leave(b);
+  for (Flow* f : settling) {
+    RolloutBatch& x = *f->b;
+    if (f->due < x.opts.max_turns) {
+      // Stopped trajectories give their kept caches back; running ones keep theirs (an update in
+      // between gives every kept cache up anyway).
+      for (auto& t : x.traj)
+        if (!t.stop_reason.empty()) let_go(t);
+      leave(x);
+      continue;
+    }
+    MC_INTERNAL_ASSERT(f->twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
+    for (auto& t : x.traj) {
+      if (t.stop_reason.empty()) t.stop_reason = "max_turns";
+      let_go(t);
+    }
+    x.collected = true;
   }
-  for (auto& t : traj) {
-    if (t.stop_reason.empty()) t.stop_reason = "max_turns";
-    let_go(t);
-  }
-  b.collected = true;
 }
 
 gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const {

@@ -101,13 +101,13 @@ struct RolloutOptions {
   // re-tokenizes differently, is prefilled, instead of the whole conversation. The owner calls
   // the engine's release_kept() when the weights change.
   bool reuse_kv = false;
-  // Pipelined: a group whose answers did not all stop at turn 1 (a trajectory needed a repair
-  // turn) is not waited for. finish() returns once every turn-1 verdict is in and the engine has
-  // nothing left to decode, leaving such groups' running trajectories with their last answers
-  // being judged; the owner trains the other groups now and hands this batch to the next
-  // finish() as `carried`, which finishes them there (their repairs decode beside that step's
-  // work), so the step does not wait out the chain answer -> compile -> repair -> compile.
-  // Which groups are carried depends on verdicts, not on when they came: the same run trains
+  // Pipelined, one turn a step: finish() returns once every turn-1 verdict is in and the engine
+  // has nothing left to decode, leaving the running trajectories with their last answers being
+  // judged. The owner trains the groups that stopped at turn 1 now and hands the batch on to the
+  // next steps' finish() as a CarriedBatch whose `due` turn is one more each step: a group whose
+  // longest trajectory took k turns is trained k - 1 steps after its own. No step waits out a
+  // chain answer -> compile -> repair -> compile; each link has a step's decoding to hide in.
+  // Which step trains a group depends on verdicts, not on when they came: the same run trains
   // the same groups at the same steps.
   bool carry_repairs = false;
 };
@@ -138,6 +138,15 @@ struct RolloutStats {
   // the engine's completion callback): handing answers to MooreEval (extraction, static checks,
   // the compile's submission) and making later turns' prompts (the conversation tokenized again).
   double submit_s = 0, ask_s = 0;
+};
+
+struct RolloutBatch;
+// An earlier step's batch finished in this step's loop (RolloutOptions::carry_repairs): the loop
+// ends only once every answer of its trajectories up to turn `due` has its verdict (the batch's
+// max_turns: every trajectory stopped).
+struct CarriedBatch {
+  RolloutBatch* batch = nullptr;
+  int due = 0;
 };
 
 // One step's prompts and trajectories, and how far they have got: `turns` turns generated,
@@ -189,17 +198,19 @@ class RolloutRunner {
   // last verdicts are judged instead of waiting idle; asking stops when this batch has stopped,
   // and `beside` is left with each running trajectory's last answer awaiting its verdict, at
   // whatever turn it has reached.
-  // `carried` (pipelined): the last step's batch left by b.opts.carry_repairs, its verdicts taken
-  // and its trajectories answered here until every one has stopped; finish() does not return
-  // before. b itself may be left so in turn (b.opts.carry_repairs; b.collected false, `answering`
-  // its running trajectories): `carried_groups` says which of its groups have a trajectory that
-  // needed a repair turn.
+  // `carried` (pipelined): earlier steps' batches left by RolloutOptions::carry_repairs, their
+  // verdicts taken and their trajectories answered here; finish() returns only once each is
+  // through its `due` turn. With b.opts.carry_repairs b itself is due through turn 1 (else
+  // through its last) and is left so in turn: b.collected false, `answering` its running
+  // trajectories. Once `beside`'s first turn is decoded, a batch through its due turn takes no
+  // more verdicts in this loop, so that its later turns decode in the next step beside that
+  // step's work rather than here in thin batches while the update waits.
   void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
               const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr,
-              bool beside_repairs = false, RolloutBatch* carried = nullptr);
-  // The groups (prompt indices) of b whose trajectories did not all stop at their first answer:
-  // those RolloutOptions::carry_repairs leaves for the next step.
-  static std::vector<size_t> carried_groups(const RolloutBatch& b);
+              bool beside_repairs = false, const std::vector<CarriedBatch>& carried = {});
+  // The most turns a trajectory of group p took: a batch through turn k has every group with
+  // group_turns <= k stopped.
+  static int group_turns(const RolloutBatch& b, size_t p);
   // One step of each: the next turn for every trajectory still going (false: none), and the
   // wait for its verdicts.
   // generate_turn needs every running trajectory at the same turn (a batch from pipelined turns
@@ -215,7 +226,7 @@ class RolloutRunner {
   // the engine has work and released while the loop waits for verdicts with nothing to decode.
   void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
                         const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
-                        RolloutBatch* carried);
+                        const std::vector<CarriedBatch>& carried);
   // Prompt p's first turn: G samples of one request.
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's

@@ -80,7 +80,7 @@ void check_options(const RlOptions& o) {
   MC_CHECK(!o.repairs_ahead || (o.async && o.pipeline_turns),
            "--repairs-ahead asks for the next step's later turns beside this step's: it needs --async and --pipeline-turns");
   MC_CHECK(!o.carry_repairs || o.pipeline_turns,
-           "--carry-repairs finishes a step's repair turns in the next step's pipelined loop: it needs --pipeline-turns");
+           "--carry-repairs finishes a step's repair turns in the next steps' pipelined loops: it needs --pipeline-turns");
   MC_CHECK(!(o.carry_repairs && o.repairs_ahead), "--carry-repairs and --repairs-ahead contradict each other: the next "
            "step's repairs are asked for in this step, or this step's in the next (use one of them)");
   MC_CHECK(o.keep_solved.empty() || o.keep_varied.empty(),
@@ -258,21 +258,27 @@ StepRollouts step_rollouts_from_json(const json& j, const std::map<std::string, 
   return s;
 }
 
-// --carry-repairs: a step's rollouts whose groups with repair turns (`groups`, prompt indices)
-// are finished and trained by the next step. Saved with a checkpoint, its verdicts so far in.
+// --carry-repairs: an earlier step's rollouts with groups not trained yet (`groups`, prompt
+// indices), finished by the following steps: a group whose trajectories took k turns at most is
+// trained k - 1 steps after its own. Saved with a checkpoint, its verdicts so far in.
 struct Carried {
   StepRollouts from;
   int64_t step = 0;  // 0-based, the step that drew it
   std::vector<size_t> groups;
 };
 
-json to_json(const Carried& c, const std::vector<synth::Task>& tasks) {
-  return {{"step", c.step}, {"groups", c.groups}, {"rollouts", to_json(c.from, tasks)}};
+json to_json(const std::vector<Carried>& cs, const std::vector<synth::Task>& tasks) {
+  json a = json::array();
+  for (const auto& c : cs) a.push_back({{"step", c.step}, {"groups", c.groups}, {"rollouts", to_json(c.from, tasks)}});
+  return a;
 }
 
-Carried carried_from_json(const json& j, const std::map<std::string, size_t>& task_by_key) {
-  return {step_rollouts_from_json(j.at("rollouts"), task_by_key), j.at("step").get<int64_t>(),
-          j.at("groups").get<std::vector<size_t>>()};
+std::vector<Carried> carried_from_json(const json& a, const std::map<std::string, size_t>& task_by_key) {
+  std::vector<Carried> cs;
+  for (const auto& j : a)
+    cs.push_back({step_rollouts_from_json(j.at("rollouts"), task_by_key), j.at("step").get<int64_t>(),
+                  j.at("groups").get<std::vector<size_t>>()});
+  return cs;
 }
 
 // Groups `groups` of `from` (G trajectories each) appended to `into`, their prompts re-indexed;
@@ -399,7 +405,7 @@ RlResult run_rl(const RlOptions& o) {
   auto next_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-next-rank{:05d}.json", dist.rank()); };
   auto carry_file = [&](const std::string& dir) { return fs::path(dir) / fmt::format("rl-carry-rank{:05d}.json", dist.rank()); };
   std::optional<StepRollouts> next;  // --async: the next step's rollouts, first turn generated (and more: --repairs-ahead)
-  std::optional<Carried> carry;       // --carry-repairs: the last step's groups with repairs, finished in this step
+  std::vector<Carried> carried;       // --carry-repairs: earlier steps' groups with repairs, oldest first
   int64_t start = 0, epoch = 0, index = 0;
   double elapsed = 0;
   std::optional<double> anchor_start;  // the anchor set's loss before the first step
@@ -429,7 +435,7 @@ RlResult run_rl(const RlOptions& o) {
       next = step_rollouts_from_json(json::parse(std::ifstream(next_file(ckpt->dir))), task_by_key);
     MC_CHECK(st.value("carry_repairs", false) == o.carry_repairs, "--resume: the run in ", ckpt->dir,
              (o.carry_repairs ? " ran without" : " ran with"), " --carry-repairs (give the same)");
-    if (fs::exists(carry_file(ckpt->dir))) carry = carried_from_json(json::parse(std::ifstream(carry_file(ckpt->dir))), task_by_key);
+    if (fs::exists(carry_file(ckpt->dir))) carried = carried_from_json(json::parse(std::ifstream(carry_file(ckpt->dir))), task_by_key);
     if (st.contains("pending")) {
       // Each rank's waiting sequences, in its own file.
       auto f = fs::path(ckpt->dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank());
@@ -465,14 +471,14 @@ RlResult run_rl(const RlOptions& o) {
     if (anchor_start) st["anchor_loss_start"] = *anchor_start;
     // The next step's answers so far are saved with their verdicts: wait for them.
     if (next) runner.collect_turn(next->batch, nullptr);
-    if (carry) runner.collect_turn(carry->from.batch, nullptr);
+    for (auto& c : carried) runner.collect_turn(c.from.batch, nullptr);
     train::save_checkpoint(o.out_dir, step, model, o.model_dir, opt, st, dist, static_cast<int>(o.keep_last),
                            [&](const std::string& dir) {
                              if (o.off_policy > 0)
                                std::ofstream(fs::path(dir) / fmt::format("rl-pending-rank{:05d}.json", dist.rank()))
                                    << to_json(pending).dump() << "\n";
                              if (next) std::ofstream(next_file(dir)) << dump_json(to_json(*next, tasks)) << "\n";
-                             if (carry) std::ofstream(carry_file(dir)) << dump_json(to_json(*carry, tasks)) << "\n";
+                             if (!carried.empty()) std::ofstream(carry_file(dir)) << dump_json(to_json(carried, tasks)) << "\n";
                              if (memory.enabled()) std::ofstream(memory_file(dir)) << dump_json(memory.to_json()) << "\n";
                            });
     result.last_checkpoint = (fs::path(o.out_dir) / "checkpoints" / fmt::format("step-{:08d}", step)).string();
@@ -582,36 +588,44 @@ RlResult run_rl(const RlOptions& o) {
       draw_next(/*first_turn_now=*/true);
       prefetch_s = since(t);
     };
-    if (carry) carry->from.batch.opts = rollout_options(carry->step);  // (not saved in a checkpoint)
-    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr, beside && o.repairs_ahead,
-                  carry ? &carry->from.batch : nullptr);
-    // What this step trains: the groups carried from the last step (all stopped now), then its own,
-    // less those with repairs still going when it carries them (--carry-repairs).
-    const std::vector<size_t> left =
-        cur.batch.opts.carry_repairs ? RolloutRunner::carried_groups(cur.batch) : std::vector<size_t>{};
+    // --carry-repairs: earlier steps' batches, each due one turn further than at its last step
+    // (the last step finishes them all).
+    const bool last = step + 1 == sched.total_steps;
+    std::vector<CarriedBatch> carrying;
+    for (auto& c : carried) {
+      c.from.batch.opts = rollout_options(c.step);  // (not saved in a checkpoint)
+      const int due = last ? o.max_turns : static_cast<int>(step - c.step) + 1;
+      MC_INTERNAL_ASSERT(due <= o.max_turns, "rl: a carried batch outlived its turns");
+      carrying.push_back({&c.from.batch, due});
+    }
+    runner.finish(cur.batch, tasks, &rstats, prefetch, beside ? &next->batch : nullptr, beside && o.repairs_ahead, carrying);
+    // What this step trains: each carried batch's groups through their due turn (oldest first),
+    // then this step's own that stopped at turn 1 (all of them when it carries nothing).
     StepRollouts done;
-    size_t carried_in = 0;
-    if (!carry && left.empty()) {
+    size_t carried_in = 0, carried_out = 0;
+    if (carried.empty() && !cur.batch.opts.carry_repairs) {
       done = std::move(cur);
     } else {
       size_t base = 0;
-      if (carry) {
-        take_groups(carry->from, carry->groups, o.group_size, 0, &done);
-        carried_in = carry->groups.size();
-        base = carry->from.prompts;
-      }
-      std::vector<size_t> own;
-      for (size_t p = 0, k = 0; p < cur.batch.prompts.size(); ++p) {
-        if (k < left.size() && left[k] == p) ++k;
-        else own.push_back(p);
-      }
-      take_groups(cur, own, o.group_size, base, &done);
+      auto take = [&](const StepRollouts& from, std::vector<size_t>& groups, int due) {
+        std::vector<size_t> now, later;
+        for (size_t p : groups) (RolloutRunner::group_turns(from.batch, p) <= due ? now : later).push_back(p);
+        take_groups(from, now, o.group_size, base, &done);
+        base += from.prompts;
+        groups = std::move(later);
+        return now.size();
+      };
+      for (size_t k = 0; k < carried.size(); ++k) carried_in += take(carried[k].from, carried[k].groups, carrying[k].due);
+      std::vector<size_t> own(cur.batch.prompts.size());
+      std::iota(own.begin(), own.end(), 0);
+      take(cur, own, cur.batch.opts.carry_repairs ? 1 : o.max_turns);
+      carried_out = own.size();
       done.prompts = cur.prompts;
       done.repairs_drawn = cur.repairs_drawn;
       done.repairs_skipped = cur.repairs_skipped;
+      std::erase_if(carried, [](const Carried& c) { return c.groups.empty(); });
+      if (!own.empty()) carried.push_back({std::move(cur), step, std::move(own)});
     }
-    carry.reset();
-    if (!left.empty()) carry = Carried{std::move(cur), step, left};
     const std::vector<RolloutPrompt>& mine = done.batch.prompts;
     const std::vector<size_t>& global_index = done.global_index;
     std::vector<Trajectory>& traj = done.batch.traj;
@@ -621,7 +635,7 @@ RlResult run_rl(const RlOptions& o) {
     json acc = json::object();
     json events = json::array();
     auto add = [&](const std::string& k, double v) { merge_into(acc[k], json(v)); };
-    add("carried_out", static_cast<double>(left.size()));
+    add("carried_out", static_cast<double>(carried_out));
     add("carried_in", static_cast<double>(carried_in));
     for (const auto& t : traj)  // answers that shared another's verdict, in this step or an earlier one
       for (const auto& r : t.turns) {
@@ -880,8 +894,8 @@ RlResult run_rl(const RlOptions& o) {
                 {"trajectories", num(m, "trajectories")},
                 {"infra_trajectories", num(m, "infra_trajectories")},
                 {"prompts", static_cast<double>(done.prompts)},
-                // --carry-repairs: groups trained (the last step's carried ones included), this
-                // step's groups left to the next, and the last step's trained here.
+                // --carry-repairs: groups trained (earlier steps' carried ones included), this
+                // step's groups left to later steps, and earlier steps' trained here.
                 {"trained_groups", num(m, "groups")},
                 {"carried_groups", num(m, "carried_out")},
                 {"carried_in_groups", num(m, "carried_in")},

@@ -267,11 +267,11 @@ def resume_from_step_1(setup, killed, *args):
     assert "resumed from" in r.stderr and "step 1" in r.stderr, r.stderr
 
 
-def assert_same_run(straight, killed):
+def assert_same_run(straight, killed, steps=3):
     """The resumed run's rows (less wall-clock times) and final weights equal the straight run's."""
     a = [without_timing(x) for x in read_jsonl(straight / "metrics.jsonl")]
     b = [without_timing(x) for x in read_jsonl(killed / "metrics.jsonl")]
-    assert [x["step"] for x in b] == [1, 2, 3]
+    assert [x["step"] for x in b] == list(range(1, steps + 1))
     for x, y in zip(a, b):
         assert x.keys() == y.keys()
         for k in x:
@@ -281,8 +281,8 @@ def assert_same_run(straight, killed):
                 assert y[k] == x[k], (x["step"], k)
     from safetensors.torch import load_file
     import torch
-    wa = load_file(str(straight / "checkpoints" / "step-00000003" / "model.safetensors"))
-    wb = load_file(str(killed / "checkpoints" / "step-00000003" / "model.safetensors"))
+    wa = load_file(str(straight / "checkpoints" / f"step-{steps:08d}" / "model.safetensors"))
+    wb = load_file(str(killed / "checkpoints" / f"step-{steps:08d}" / "model.safetensors"))
     for n in wa:
         torch.testing.assert_close(wa[n], wb[n], rtol=0, atol=1e-6)
     return a
@@ -651,18 +651,20 @@ def assert_same_trajectories(ref, out, later_text=True):
 
 def test_carry_repairs(setup):
     """--carry-repairs: a step trains the groups whose answers all stopped at turn 1 and hands the
-    groups with repair turns to the next step, which finishes and trains them, so no step waits
-    for its last repairs' verdicts. In this plan every group has a repair, so step 1 trains
-    nothing and carries both; step 2 trains step 1's groups (no update happened in between, so
-    on-policy) exactly as test_pipelined_turns's --async --pipeline-turns run trained them at its
-    step 1: the same trajectories, verdicts, rewards and update, to the weights. The last step
-    carries nothing. Killed after step 2 and resumed from step 1's checkpoint, which holds the
-    carried groups with their verdicts, the run is the same."""
+    others on, one turn a step: a group whose trajectories took k turns at most is trained k - 1
+    steps after its own, so no step waits for its last repairs' verdicts. With 2 turns every group
+    of this plan has a repair: step 1 trains nothing and carries both, and step 2 trains step 1's
+    groups (no update happened in between, so on-policy) exactly as test_pipelined_turns's
+    --async --pipeline-turns run trained them at its step 1: the same trajectories, verdicts,
+    rewards and update, to the weights. With 3 turns (4 steps) 2_ReLU's groups take all three,
+    so step 3 finishes step 1's batch while step 2's is one turn in; the last step trains what
+    is left. Killed after step 3 and resumed from step 2's checkpoint, which holds both carried
+    batches with their verdicts, the run is the same."""
     from safetensors.torch import load_file
     import torch
     base = setup[0]
     args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns")
-    ref, out, killed = base / "async-pipelined", base / "async-carry", base / "async-carry-killed"
+    ref, out = base / "async-pipelined", base / "async-carry"
     if not (ref / "metrics.jsonl").exists():
         mc(*rl_args(setup, ref, *args))
     mc(*rl_args(setup, out, *args, "--carry-repairs"))
@@ -686,14 +688,23 @@ def test_carry_repairs(setup):
         return sorted((t["problem"], t["sample"], t["repair"], [x["verdict"] for x in t["turns"]], t["reward"],
                        t["advantage"]) for t in read_jsonl(run / "samples" / f"step-{step:08d}.jsonl"))
     assert turns(out, 2) == turns(ref, 1)
-    # The checkpoint holds the carried groups, their verdicts in.
-    saved = json.loads((out / "checkpoints" / "step-00000001" / "rl-carry-rank00000.json").read_text())
-    assert saved["step"] == 0 and saved["groups"] == [0, 1]
-    assert all(t["stop"] for t in saved["rollouts"]["batch"]["trajectories"])
-    kill_after_step_2(setup, killed, *args, "--carry-repairs")
-    resume_from_step_1(setup, killed, *args, "--carry-repairs")
-    assert_same_run(out, killed)
-    r2 = mc(*rl_args(setup, killed, *args, "--resume"), check=False)
+
+    # Three turns, four steps: step 1's 1_Add (2 turns) trains at step 2, its 2_ReLU (3) at step 3.
+    args3 = ("--max-steps", "4", "--save-every", "1", "--async", "--pipeline-turns", "--carry-repairs")
+    out3, killed = base / "async-carry-3", base / "async-carry-3-killed"
+    mc(*replaced(rl_args(setup, out3, *args3), max_turns="3"))
+    a = read_jsonl(out3 / "metrics.jsonl")
+    assert [x["carried_groups"] for x in a] == [2, 2, 2, 0], [x["carried_groups"] for x in a]
+    assert [x["carried_in_groups"] for x in a] == [0, 1, 2, 3], [x["carried_in_groups"] for x in a]
+    assert [x["trained_groups"] for x in a] == [0, 1, 2, 5], [x["trained_groups"] for x in a]
+    saved = json.loads((out3 / "checkpoints" / "step-00000002" / "rl-carry-rank00000.json").read_text())
+    assert [(c["step"], c["groups"]) for c in saved] == [(0, [1]), (1, [0, 1])], [(c["step"], c["groups"]) for c in saved]
+    r2 = mc(*replaced(rl_args(setup, killed, *args3, "--exit-after-step", "3"), max_turns="3"), check=False)
+    assert r2.returncode != 0
+    r2 = mc(*replaced(rl_args(setup, killed, *args3, "--resume"), max_turns="3"))
+    assert "resumed from" in r2.stderr and "step 2" in r2.stderr, r2.stderr
+    assert_same_run(out3, killed, steps=4)
+    r2 = mc(*replaced(rl_args(setup, killed, *args, "--resume"), max_turns="3"), check=False)
     assert r2.returncode != 0 and "ran with --carry-repairs" in r2.stderr, r2.stderr[-2000:]
     for extra, says in ((("--max-steps", "1", "--carry-repairs"), "needs --pipeline-turns"),
                         (("--max-steps", "1", "--async", "--pipeline-turns", "--carry-repairs", "--repairs-ahead"),
