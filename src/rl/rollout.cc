@@ -59,6 +59,11 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
   if (!stats || r.finished_at <= wait_began) return;
   ++stats->wait_answers;
   stats->wait_work_s["compile"] += r.compile_s;
+  // From submission to verdict, and the part of it spent neither compiling nor in the judge:
+  // extraction and static checks, the compile pool's and the judges' queues, timing held back.
+  // Against compile + the judge's stages, whether the answers waited for queued or were worked on.
+  stats->wait_work_s["wall"] += r.wall_s;
+  stats->wait_work_s["queued"] += std::max(0.0, r.wall_s - r.compile_s - r.exec_s);
   if (r.exec_stages.is_object())
     for (const auto& [stage, sec] : r.exec_stages.items()) {
       if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();

@@ -152,6 +152,9 @@ def test_rl_steps_reach_every_branch(setup):
     # What the wait was made of: answers judged after generation ended, and their work by stage.
     # Step 1 judges every distinct answer fresh, and the CPU judge runs their trials.
     assert 0 < s1["wait_answers"] <= 7 and s1["wait_work_s"]["compile"] >= 0, s1
+    # Submission to verdict, and the part of it neither compiling nor judging (queues).
+    w = s1["wait_work_s"]
+    assert w["wall"] >= w["compile"] and 0 <= w["queued"] <= w["wall"], w
     assert s1["wait_work_s"].get("trials", 0) > 0, s1["wait_work_s"]
     # ... and the trials' parts: the judge's reference runs and the candidate's own.
     assert s1["wait_work_s"].get("trials.reference", 0) > 0 and s1["wait_work_s"].get("trials.candidate", 0) > 0, s1
