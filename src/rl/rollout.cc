@@ -64,6 +64,14 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
   // Against compile + the judge's stages, whether the answers waited for queued or were worked on.
   stats->wait_work_s["wall"] += r.wall_s;
   stats->wait_work_s["queued"] += std::max(0.0, r.wall_s - r.compile_s - r.exec_s);
+  // Counts, not seconds: answers a judge gave back because timing was held (--defer-timing; each
+  // judged again once timing was released), and how many times. Timing waits for our GPU to be
+  // idle, so such answers pile up while the engine decodes and are judged in the waits.
+  if (r.judge_details.is_object() && r.judge_details.contains("timing_deferred") &&
+      r.judge_details["timing_deferred"].is_number()) {
+    stats->wait_work_s["deferred.answers"] += 1;
+    stats->wait_work_s["deferred.times"] += r.judge_details["timing_deferred"].get<double>();
+  }
   if (r.exec_stages.is_object())
     for (const auto& [stage, sec] : r.exec_stages.items()) {
       if (sec.is_number()) stats->wait_work_s[stage] += sec.get<double>();

@@ -553,6 +553,12 @@ def test_pipelined_turns(setup):
     mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing", "--cudnn-attention"))
     assert_same_run(ref, out)
     assert_same_trajectories(ref, out)
+    # Answers given back while timing was held, among those waited for, and how often (at most
+    # three times each): counted where there were any.
+    for row in read_jsonl(out / "metrics.jsonl"):
+        w = row["wait_work_s"]
+        n = w.get("deferred.answers", 0)
+        assert n <= row["wait_answers"] and n <= w.get("deferred.times", 0) <= 3 * n, w
 
 
 def test_reuse_kv(setup):
