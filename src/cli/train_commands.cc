@@ -147,9 +147,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "verdicts are judged, not only its first turn decoded (its later turns then may come from the policy "
               "before this step's update)");
   l->add_flag("--carry-repairs", r.carry_repairs,
-              "with --pipeline-turns: a step trains the groups whose answers all stopped at turn 1 and the next step "
-              "finishes and trains the groups with repair turns, so no step waits for its last repairs' verdicts "
-              "(those groups train a step later)");
+              "with --pipeline-turns: a step trains the groups whose answers all stopped at turn 1 and hands the "
+              "others on, one turn a step (a group whose answers took k turns trains k-1 steps later), so no step "
+              "waits for its last repairs' verdicts");
   m.admit_together = l->add_option("--admit-together", r.admit_together,
                                    "with --pipeline-turns: the engine holds answers asked for one by one until this "
                                    "many are prefilled in one call (1: each at once)")

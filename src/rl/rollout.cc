@@ -251,14 +251,12 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     RolloutBatch& x = *f.b;
     const int turn = static_cast<int>(x.traj[i].turns.size());
     x.turns = std::max(x.turns, turn);
-    ++x.answers;
     switch (submit_answer(x, i, turn, tasks, stats)) {
       case Judged::kSubmitted: f.judging.insert(i); break;
       case Judged::kReused:
         if (f.settle) verdict(f, i);
         break;
       case Judged::kTwin:
-        ++x.twin_answers;
         if (!f.settle) break;
         if (pending(f, *x.traj[i].turns.back().twin_of)) {
           f.twins_of[*x.traj[i].turns.back().twin_of].push_back(i);
@@ -361,7 +359,7 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     held = h;
   };
   std::vector<size_t> ids;
-  auto judging_ids = [&] {  // the verdicts this loop takes: own's, and beside's while settled here
+  auto judging_ids = [&] {  // the verdicts this loop takes: each settled flow's (b's, carried, beside's)
     ids.clear();
     for (const Flow* f : settling)
       if (f->settle)
@@ -396,12 +394,15 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
     return true;
   };
   auto done = [&] { return std::all_of(settling.begin(), settling.end(), [&](const Flow* f) { return due(*f); }); };
+  std::vector<Flow*> all = settling;  // every flow, beside's too: planted answers may land in any
+  all.push_back(&next);
   for (;;) {
     // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
     if (own.judging.empty() && own.generating == 0) next.settle = false;
-    // Carrying, once `beside`'s first turn is decoded and b's first answers are judged, b's later
-    // verdicts are left to the next step too: its repairs then decode there, beside that step's
-    // work, rather than here in thin batches while the update waits.
+    // Once `beside`'s first turn is decoded, a batch through its due turn (b's first answers
+    // judged, a carried batch's due turn) leaves its later verdicts to the next step: its repairs
+    // then decode there, beside that step's work, rather than here in thin batches while the
+    // update waits.
     if (beside && next.generating == 0)
       for (Flow* f : settling)
         if (f->settle && f->due < f->b->opts.max_turns && due(*f)) f->settle = false;
@@ -421,8 +422,6 @@ void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::T
         stats->generate_s += since(t0);
         if (draining) stats->drain_s += since(t0);
       }
-      std::vector<Flow*> all = settling;
-      all.push_back(&next);
       for (Flow* f : all)
         for (size_t i : std::exchange(f->to_plant, {})) {
           Trajectory& t = f->b->traj[i];
@@ -546,7 +545,6 @@ RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, in
       rec.result = *earlier;
       rec.result.sample_id = sample_id(o.tag, t, turn);
       rec.reused = true;
-      ++b.reused_answers;
       return Judged::kReused;
     }
   eval::Candidate c;
@@ -650,8 +648,6 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
     submit(i);
   }
   if (o.hold_judges) verifier_.hold(false);
-  b.answers += static_cast<int64_t>(b.answering.size());
-  b.twin_answers += static_cast<int64_t>(b.twins.size());
   return true;
 }
 
@@ -710,8 +706,7 @@ nlohmann::json RolloutBatch::to_json(const std::vector<synth::Task>& tasks) cons
   json jd = json::array();
   for (const auto& [k, v] : judged) jd.push_back({k.first, k.second, v.first, v.second});
   // `answering` and `twins` matter only until a turn is collected: not saved.
-  return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"id_base", id_base},
-          {"answers", answers}, {"twin_answers", twin_answers}, {"reused_answers", reused_answers}};
+  return {{"prompts", ps}, {"trajectories", ts}, {"judged", jd}, {"turns", turns}, {"id_base", id_base}};
 }
 
 RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key) {
@@ -752,9 +747,6 @@ RolloutBatch RolloutBatch::from_json(const nlohmann::json& j, const std::map<std
     b.judged[{e[0].get<std::string>(), e[1].get<std::string>()}] = {e[2].get<size_t>(), e[3].get<int>()};
   b.turns = j.at("turns").get<int>();
   b.id_base = j.at("id_base").get<size_t>();
-  b.answers = j.at("answers").get<int64_t>();
-  b.twin_answers = j.at("twin_answers").get<int64_t>();
-  b.reused_answers = j.value("reused_answers", int64_t{0});
   b.collected = true;
   return b;
 }

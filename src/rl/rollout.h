@@ -165,7 +165,6 @@ struct RolloutBatch {
   std::vector<size_t> answering;
   std::vector<size_t> twins;  // ... of which share an earlier answer's verdict
   size_t id_base = 0;
-  int64_t answers = 0, twin_answers = 0, reused_answers = 0;  // over all turns
   // Checkpoints: a batch whose last turn is collected (tasks by problem key). `opts` is not
   // saved: the owner sets it (the trainer derives it from the step).
   nlohmann::json to_json(const std::vector<synth::Task>& tasks) const;

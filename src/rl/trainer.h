@@ -92,10 +92,10 @@ struct RlOptions {
   // every token's rollout log-probability is kept for the ratio and MirrorPop either way.
   bool repairs_ahead = false;
   // With pipeline_turns: a step trains the groups whose answers all stopped at turn 1 and hands
-  // the groups with repair turns to the next step, which finishes and trains them
-  // (RolloutOptions::carry_repairs), so that no step waits for the last repairs' verdicts. Those
-  // groups train one step later than their step (two with --async); their turn-1 tokens'
-  // rollout log-probabilities are kept for the ratio and MirrorPop. The last step carries nothing.
+  // the others on, one turn a step (RolloutOptions::carry_repairs): a group whose trajectories
+  // took k turns is finished and trained k - 1 steps after its own (one more update later with
+  // --async), so that no step waits for its last repairs' verdicts. Their turn-1 tokens' rollout
+  // log-probabilities are kept for the ratio and MirrorPop. The last step trains what is left.
   bool carry_repairs = false;
   // With pipeline_turns, answers are asked for one by one as verdicts come: the engine holds
   // them (gen::EngineOptions::admit_together) until this many can be prefilled in one call, for
