@@ -144,11 +144,12 @@ for stage in $STAGES; do
       fi ;;
     engine-tests)
       # The C++ model tests that also run on CUDA (the engine's kept caches: a continued turn
-      # equals a fresh prefill, with the decode step's CUDA graphs), from the binary
+      # equals a fresh prefill, with the decode step's CUDA graphs; overlapped decode gives the
+      # synchronous engine's tokens), from the binary
       # scripts/build-device.sh makes with DEVICE_TESTS=1 (carry build-device-dist).
       t=$(dirname "$BIN")/mc_model_tests
       if [ ! -x "$t" ]; then echo "engine-tests: no $t (DEVICE_TESTS=1 bash scripts/build-device.sh)"; rc=1; continue; fi
-      "$t" --gtest_filter="${ENGINE_TESTS_FILTER:-Devices/EngineKv.*}" 2>&1 | tee "$OUT/engine-tests.log" | tail -40
+      "$t" --gtest_filter="${ENGINE_TESTS_FILTER:-Devices/EngineKv.*:Devices/EngineOverlap.*}" 2>&1 | tee "$OUT/engine-tests.log" | tail -40
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     suite)
       # SUITE_ARGS, e.g. "--sections honest,faults" (default: every section).

@@ -1,11 +1,13 @@
 #include "generate/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <map>
 #include <random>
 #include <set>
 #include <tuple>
+#include <unordered_map>
 
 #include <ATen/Context.h>
 #include <ATen/record_function.h>
@@ -58,10 +60,15 @@ struct Pending {
 
 struct Seq {
   std::shared_ptr<Pending> owner;
+  uint64_t id = 0;        // never reused: names the sequence in a launched step's rows
   int sample = 0;
   int64_t slot = 0;
   int64_t pos = 0;        // where `last` is written by the next decode step
   int32_t last = 0;       // the most recently sampled token
+  // EngineOptions::overlap: decode steps launched for this sequence whose token is not yet read
+  // (at most one between step() calls), and the row of the newest one's outputs.
+  int ahead = 0;
+  int64_t out_row = -1;
   uint64_t seed = 0;
   Completion c;
   std::string bytes;      // decoded so far, for stop strings
@@ -87,13 +94,31 @@ struct GenerationEngine::Impl {
   int64_t next_kept = 0;
   int held_steps = 0;  // steps admission has held the waiting requests back (admit_together)
   std::vector<int32_t> eos;
+  uint64_t next_id = 0;
+  std::unordered_map<uint64_t, Seq*> live;  // running sequences by id
   at::Tensor tokens_buf, pos_buf, logits_buf;
   // A decode step's inputs, staged on the host (pinned on CUDA) and copied to the device in two
-  // copies without a sync: rows of in_i64 are tokens, positions, seeds, steps and top-k; rows of
-  // in_f32 temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
-  // tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in out_*.
-  at::Tensor in_i64_h, in_f32_h, in_i64, in_f32, out_tok, out_lp, out_tok_h, out_lp_h;
+  // copies without a sync: rows of in_i64 are tokens, positions, seeds, steps, top-k and the
+  // row of the previous step's outputs that holds the token (-1: the staged one); rows of in_f32
+  // temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
+  // tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in out_tok /
+  // out_lp, and are copied back into out_*_h. The host buffers come in pairs, alternating
+  // between steps: with overlap, a step's are filled while the step before may still read its own.
+  at::Tensor in_i64, in_f32, out_tok, out_lp;
+  std::array<at::Tensor, 2> in_i64_h, in_f32_h, out_tok_h, out_lp_h;
+  int parity = 0;
   bool graphs = false;
+  // A decode step launched and not yet read: its host buffers, batch, and (output row,
+  // sequence id) for each sequence it decoded.
+  struct Launch {
+    int buf = 0;
+    int64_t batch = 0;
+    std::vector<std::pair<int64_t, uint64_t>> rows;
+#ifdef MUSACODER_CUDA
+    std::optional<at::cuda::CUDAEvent> e0, e1, e2;
+#endif
+  };
+  std::optional<Launch> inflight;  // EngineOptions::overlap
 
   std::mutex mu;
   std::condition_variable cv;
@@ -115,14 +140,16 @@ struct GenerationEngine::Impl {
     eos = model.config().eos_token_ids;
     auto dev = at::TensorOptions().device(model.device());
     auto host = at::TensorOptions().pinned_memory(model.device().is_cuda());
-    in_i64_h = at::zeros({5, opts.max_batch}, host.dtype(at::kLong));
-    in_f32_h = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
-    in_i64 = at::zeros({5, opts.max_batch}, dev.dtype(at::kLong));
+    for (int b = 0; b < 2; ++b) {
+      in_i64_h[b] = at::zeros({6, opts.max_batch}, host.dtype(at::kLong));
+      in_f32_h[b] = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
+      out_tok_h[b] = at::zeros({opts.max_batch}, host.dtype(at::kLong));
+      out_lp_h[b] = at::zeros({opts.max_batch}, host.dtype(at::kFloat));
+    }
+    in_i64 = at::zeros({6, opts.max_batch}, dev.dtype(at::kLong));
     in_f32 = at::zeros({2, opts.max_batch}, dev.dtype(at::kFloat));
     out_tok = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
     out_lp = at::zeros({opts.max_batch}, dev.dtype(at::kFloat));
-    out_tok_h = at::zeros({opts.max_batch}, host.dtype(at::kLong));
-    out_lp_h = at::zeros({opts.max_batch}, host.dtype(at::kFloat));
     tokens_buf = in_i64[0];
     pos_buf = in_i64[1];
     logits_buf = at::empty({opts.max_batch, model.config().vocab_size}, dev.dtype(model.dtype()));
@@ -153,6 +180,7 @@ struct GenerationEngine::Impl {
     if (p.on_complete) p.on_complete(s.sample, s.c);
     p.results[s.sample] = std::move(s.c);
     if (--p.remaining == 0) p.promise.set_value(std::move(p.results));
+    live.erase(s.id);
     running[s.slot].reset();
     --num_running;
   }
@@ -324,6 +352,8 @@ struct GenerationEngine::Impl {
     auto start_seq = [&](const std::shared_ptr<Pending>& p, int j, int64_t slot) {
       auto s = std::make_unique<Seq>();
       s->owner = p;
+      s->id = next_id++;
+      live.emplace(s->id, s.get());
       s->sample = j;
       s->slot = slot;
       s->pos = p->req.prompt.size();
@@ -446,99 +476,126 @@ struct GenerationEngine::Impl {
     body();
   }
 
-  void decode_step() {
+  // Launches one decode step for every running sequence that may still sample (one whose
+  // pending tokens reach max_new_tokens is left out), without waiting for it: its tokens and
+  // log-probs are copied back into the host buffers of the Launch it returns, read by
+  // read_decode. A sequence with a step in flight takes that step's token on the device.
+  // nullopt: no sequence to decode.
+  std::optional<Launch> launch_decode() {
     RECORD_USER_SCOPE("engine::decode_step");
     int64_t top = 0, max_pos = 0;
+    auto decodes = [](const Seq* s) {
+      return s && static_cast<int>(s->c.tokens.size()) + s->ahead < s->owner->req.params.max_new_tokens;
+    };
     for (int64_t i = 0; i < opts.max_batch; ++i)
-      if (running[i]) {
+      if (decodes(running[i].get())) {
         top = i + 1;
-        max_pos = std::max(max_pos, running[i]->pos);
+        max_pos = std::max(max_pos, running[i]->pos + running[i]->ahead);
       }
+    if (top == 0) return std::nullopt;
     int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
     int64_t span = std::min((max_pos + 1 + kSpanQuantum - 1) / kSpanQuantum * kSpanQuantum, opts.max_seq_len);
     // The step's inputs, rows without a sequence greedy on token 0 (their results are unused).
     // Such a row still writes its K/V: at the cache's last position, which no sequence reaches
     // (validate: prompt + max_new_tokens <= max_seq_len, and the last sampled token is never fed
     // back), so that a kept entry in that slot (GenerationRequest::keep_kv) stays whole.
-    int64_t* ip = in_i64_h.data_ptr<int64_t>();
-    float* fp = in_f32_h.data_ptr<float>();
+    Launch L;
+    L.buf = parity;
+    parity ^= 1;
+    L.batch = batch;
+    int64_t* ip = in_i64_h[L.buf].data_ptr<int64_t>();
+    float* fp = in_f32_h[L.buf].data_ptr<float>();
     const int64_t B = opts.max_batch;
-    std::vector<Seq*> rows(batch, nullptr);
-    bool any_top_p = false, any_top_k = false;
+    bool any_top_p = false, any_top_k = false, any_ahead = false;
     for (int64_t i = 0; i < batch; ++i) {
-      Seq* s = i < top && running[i] ? running[i].get() : nullptr;
-      rows[i] = s;
+      Seq* s = i < top && decodes(running[i].get()) ? running[i].get() : nullptr;
       const SamplingParams* sp = s ? &s->owner->req.params : nullptr;
       ip[i] = s ? s->last : 0;
-      ip[B + i] = s ? s->pos : opts.max_seq_len - 1;
+      ip[B + i] = s ? s->pos + s->ahead : opts.max_seq_len - 1;
       ip[2 * B + i] = s ? static_cast<int64_t>(s->seed) : 0;
-      ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) : 0;
+      ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) + s->ahead : 0;
       ip[4 * B + i] = sp ? sp->top_k : 0;
+      ip[5 * B + i] = s && s->ahead > 0 ? s->out_row : -1;
       fp[i] = sp ? sp->temperature : 0.f;
       fp[B + i] = sp ? sp->top_p : 1.f;
       if (s) {
         ++stats.decode_rows;
         any_top_p |= sp->top_p < 1.0f && sp->temperature > 0;
         any_top_k |= sp->top_k > 0 && sp->temperature > 0;
+        any_ahead |= s->ahead > 0;
+        L.rows.emplace_back(i, s->id);
+        ++s->ahead;
+        s->out_row = i;
       }
     }
-    auto t0 = std::chrono::steady_clock::now();
-    in_i64.copy_(in_i64_h, /*non_blocking=*/true);
-    in_f32.copy_(in_f32_h, /*non_blocking=*/true);
+    const auto t0 = std::chrono::steady_clock::now();
+    in_i64.copy_(in_i64_h[L.buf], /*non_blocking=*/true);
+    in_f32.copy_(in_f32_h[L.buf], /*non_blocking=*/true);
+    if (any_ahead) {  // the tokens the step before sampled, still on the device (out_tok)
+      auto tok = tokens_buf.narrow(0, 0, batch), src = in_i64[5].narrow(0, 0, batch);
+      tok.copy_(at::where(src.ge(0), out_tok.index_select(0, src.clamp_min(0)), tok));
+    }
     // Top-k's cutoff reads k on the host, which a graph cannot: such steps sample outside it.
     const bool fused = graphs && opts.graph_sampling && !any_top_k;
 #ifdef MUSACODER_CUDA
-    std::optional<at::cuda::CUDAEvent> e0, e1, e2;
     if (stream) {
-      e0.emplace(cudaEventDefault), e1.emplace(cudaEventDefault), e2.emplace(cudaEventDefault);
-      e0->record();
+      L.e0.emplace(cudaEventDefault), L.e1.emplace(cudaEventDefault), L.e2.emplace(cudaEventDefault);
+      L.e0->record();
     }
 #endif
     run_decode(batch, span, fused ? (any_top_p ? 1 : 0) : -1);
 #ifdef MUSACODER_CUDA
-    if (stream) e1->record();
+    if (stream) L.e1->record();
 #endif
     ++stats.decode_steps;
     stats.decode_span += span;
-    at::Tensor toks, lps;
-    if (fused) {
-      out_tok_h.narrow(0, 0, batch).copy_(out_tok.narrow(0, 0, batch), /*non_blocking=*/true);
-      out_lp_h.narrow(0, 0, batch).copy_(out_lp.narrow(0, 0, batch), /*non_blocking=*/true);
-#ifdef MUSACODER_CUDA
-      if (stream) e2->record();
-      if (stream) stream->synchronize();
-#endif
-      toks = out_tok_h;
-      lps = out_lp_h;
-    } else {
+    if (!fused) {
       auto out = sample(logits_buf.narrow(0, 0, batch), staged_sampler_batch(batch, any_top_p, any_top_k));
-#ifdef MUSACODER_CUDA
-      if (stream) e2->record();
-#endif
-      toks = out.tokens.cpu();
-      lps = out.logprobs.cpu();
+      out_tok.narrow(0, 0, batch).copy_(out.tokens);
+      out_lp.narrow(0, 0, batch).copy_(out.logprobs);
     }
+    out_tok_h[L.buf].narrow(0, 0, batch).copy_(out_tok.narrow(0, 0, batch), /*non_blocking=*/true);
+    out_lp_h[L.buf].narrow(0, 0, batch).copy_(out_lp.narrow(0, 0, batch), /*non_blocking=*/true);
 #ifdef MUSACODER_CUDA
-    if (stream) {
-      stats.decode_gpu_ms += e0->elapsed_time(*e1);
-      stats.sample_gpu_ms += e1->elapsed_time(*e2);
-    }
+    if (stream) L.e2->record();
 #endif
     stats.step_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    const int64_t* ta = toks.data_ptr<int64_t>();
-    const float* la = lps.data_ptr<float>();
-    for (int64_t i = 0; i < top; ++i)
-      if (rows[i]) {
-        ++rows[i]->pos;
-        accept(*rows[i], static_cast<int32_t>(ta[i]), la[i]);
+    return L;
+  }
+
+  // Waits for a launched step's tokens (that step's alone: a later one may stay queued) and
+  // hands them to their sequences; a sequence that finished since the launch has its row thrown
+  // away.
+  void read_decode(Launch& L) {
+#ifdef MUSACODER_CUDA
+    if (L.e2) {
+      const auto t0 = std::chrono::steady_clock::now();
+      L.e2->synchronize();
+      stats.step_wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      stats.decode_gpu_ms += L.e0->elapsed_time(*L.e1);
+      stats.sample_gpu_ms += L.e1->elapsed_time(*L.e2);
+    }
+#endif
+    const int64_t* ta = out_tok_h[L.buf].data_ptr<int64_t>();
+    const float* la = out_lp_h[L.buf].data_ptr<float>();
+    for (const auto& [row, id] : L.rows) {
+      auto it = live.find(id);
+      if (it == live.end()) {
+        ++stats.discarded_rows;
+        continue;
       }
-    if (opts.compact_slots) compact();
+      Seq& s = *it->second;
+      --s.ahead;
+      ++s.pos;
+      accept(s, static_cast<int32_t>(ta[row]), la[row]);
+    }
   }
 
   // Moves the sequences of the highest slots into the lowest free ones (their cache rows
   // copied) when the running sequences fit a smaller batch bucket than the highest slot does.
   // Sampling depends on each sequence's seed and step, not on its slot, so the tokens are the
-  // same.
+  // same. A sequence with a step in flight (overlap) moves with the position that step writes
+  // (the copy is queued behind it); the step's token stays in its launch row (Seq::out_row).
   void compact() {
     int64_t top = 0;
     for (int64_t i = opts.max_batch - 1; i >= 0 && top == 0; --i)
@@ -550,9 +607,10 @@ struct GenerationEngine::Impl {
       const int64_t lo = *free_slots.begin();
       if (lo >= hi) break;
       Seq& s = *running[hi];
+      const int64_t n = s.pos + s.ahead;
       for (size_t l = 0; l < cache.k.size(); ++l) {
-        cache.k[l][lo].narrow(1, 0, s.pos).copy_(cache.k[l][hi].narrow(1, 0, s.pos));
-        cache.v[l][lo].narrow(1, 0, s.pos).copy_(cache.v[l][hi].narrow(1, 0, s.pos));
+        cache.k[l][lo].narrow(1, 0, n).copy_(cache.k[l][hi].narrow(1, 0, n));
+        cache.v[l][lo].narrow(1, 0, n).copy_(cache.v[l][hi].narrow(1, 0, n));
       }
       free_slots.erase(free_slots.begin());
       free_slots.insert(hi);
@@ -562,21 +620,34 @@ struct GenerationEngine::Impl {
     }
   }
 
-  // One engine iteration; returns false when there was nothing to do.
+  // One engine iteration; returns false when there was nothing to do. Admits waiting requests,
+  // launches a decode step, and reads that step's tokens, or with EngineOptions::overlap the
+  // step launched by the call before (this one's stays in flight while the caller works). Once
+  // no sequence is left running, nothing stays in flight.
   bool step() {
 #ifdef MUSACODER_CUDA
     std::optional<c10::cuda::CUDAStreamGuard> guard;
     if (stream) guard.emplace(*stream);
 #endif
-    bool admitted = admit();
-    if (num_running == 0) return admitted;
-    decode_step();
-    return true;
+    bool did = admit();
+    std::optional<Launch> before = std::exchange(inflight, std::nullopt);
+    if (num_running > 0) inflight = launch_decode();
+    did |= before || inflight;
+    if (before) read_decode(*before);
+    // Not overlapped, or nothing left running that a step in flight could serve: read it now.
+    if (inflight && (!opts.overlap || num_running == 0)) {
+      read_decode(*inflight);
+      inflight.reset();
+    }
+    if (opts.compact_slots && num_running > 0) compact();
+    return did;
   }
 
   // A failure inside the engine (CUDA error, out of memory) fails the requests it touched, not
   // the process; the server answers them with an error and goes on.
   void fail_all(std::exception_ptr e) {
+    inflight.reset();
+    live.clear();
     for (auto& s : running)
       if (s) {
         auto owner = s->owner;
@@ -609,6 +680,7 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.continued = b.continued - a.continued;
   d.kept_evicted = b.kept_evicted - a.kept_evicted;
   d.padded_tokens = b.padded_tokens - a.padded_tokens;
+  d.discarded_rows = b.discarded_rows - a.discarded_rows;
   d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;

@@ -102,6 +102,16 @@ struct EngineOptions {
   // that its GEMMs meet shapes cuBLAS has seen (a new one costs the host 0.4-1.3 ms a GEMM on
   // an H200). Off: exactly the prompts' tokens (the engine before session 48). Not on the CPU.
   bool prefill_buckets = true;
+  // Each decode step is launched before the previous step's tokens are read back: its input
+  // tokens are the previous step's sampled ones, gathered on the device, so the host's work on a
+  // step's tokens (stops, stop strings, loops, the caller's own work between step() calls)
+  // overlaps the next step on the GPU instead of leaving it idle, and the GPU's queue never
+  // empties between steps (a GPU shared with MooreEval's judges hands its time slices on when
+  // it does). A sequence that finished at a step is decoded once more in the next (the row's
+  // result is thrown away: EngineStats::discarded_rows); a sequence that reaches max_new_tokens
+  // is not. Tokens are the same either way (per-row seeds and steps). Off: each step's tokens
+  // are read before the next step is launched (the engine before session 52).
+  bool overlap = true;
 };
 
 struct EngineStats {
@@ -115,7 +125,9 @@ struct EngineStats {
   // held them, prompts that continued a kept entry, and entries given up for room.
   int64_t reused_tokens = 0, continued = 0, kept_evicted = 0;
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
-  // sampling, and the whole step on the host clock (the rest is host work and transfers).
+  // sampling, and on the host clock launching the step and waiting for its tokens (the rest of
+  // a step's wall time is host work; with EngineOptions::overlap that work runs beside the next
+  // step on the GPU).
   // With graph_sampling, decode_gpu_ms is the graph's (model and sampling) and sample_gpu_ms
   // only what ran outside it.
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
@@ -125,6 +137,9 @@ struct EngineStats {
   // prompt_tokens - reused_tokens, packed, plus padded_tokens (EngineOptions::prefill_buckets).
   double prefill_gpu_ms = 0;
   int64_t padded_tokens = 0;  // padding prefill computed and threw away (prefill_buckets)
+  // EngineOptions::overlap: rows decoded for sequences that had finished at the step before
+  // (included in decode_rows), their results thrown away.
+  int64_t discarded_rows = 0;
 };
 
 // Cache slots for a run that never decodes more than `sequences` at once: the power of two at
@@ -142,6 +157,11 @@ class GenerationEngine {
   GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts);
   ~GenerationEngine();
 
+  // With EngineOptions::overlap a decode step may still be running on the GPU when step()
+  // returns (its tokens are read in the next call), but never once no sequence is left running:
+  // an engine with nothing running or waiting has no work in flight, so the caller may change
+  // the weights.
+  //
   // Runs the requests to completion on the calling thread; result[i] has params.n completions.
   // on_tokens(k) is called as k more tokens are generated (for progress bars); on_complete
   // (request, sample, completion) as each sample finishes, before the others (a verifier can

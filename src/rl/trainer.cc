@@ -383,6 +383,7 @@ RlResult run_rl(const RlOptions& o) {
   eo.cuda_graphs = o.cuda_graphs;
   eo.cudnn_attention = o.cudnn_attention;
   eo.prefill_buckets = !o.exact_prefill;
+  eo.overlap = !o.sync_decode;
   if (o.pipeline_turns) {
     eo.admit_together = o.admit_together;
     eo.admit_wait_steps = o.admit_wait_steps;
@@ -965,6 +966,7 @@ RlResult run_rl(const RlOptions& o) {
                 // gen_reused_tokens, packed).
                 {"gen_prefill_gpu_s", gd.prefill_gpu_ms / 1e3},
                 {"gen_padded_tokens", static_cast<double>(gd.padded_tokens)},
+                {"gen_discarded_rows", static_cast<double>(gd.discarded_rows)},
                 {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
                 {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
                 {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
