@@ -14,9 +14,9 @@ beside processes that keep a CPU core busy each, as the compile pool's nvcc runs
 
 Reports, for each run: prefill calls and ms each (wall and GPU events), decode ms per step (wall
 and the model's GPU time), tokens/s, and the bursts the load processes ran; as a table and JSON.
---sync-too runs every load twice, the engine's overlapped decode (the default: each step launched
-before the last one's tokens are read) then `--sync-decode` (the engine before session 52), the
-second beside the same load processes, and reports each engine against its own alone.
+--overlap-too runs every load twice, the engine as it is, then with `--overlap-decode` (each
+decode step launched before the last one's tokens are read), the second beside the same load
+processes, and reports each engine against its own alone and the two side by side.
   python3 bench/gpu_sharing.py --musacoder build/musacoder --out sharing.json
   (gpu-check stage `sharing`; --device cpu checks this script, with CPU load processes)"""
 import argparse
@@ -155,8 +155,8 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--arrive-every", type=int, default=4, help="engine steps between two prompts' arrivals")
     ap.add_argument("--device", default="cuda", help="cpu: a check of this script (fp32, CPU loads)")
-    ap.add_argument("--sync-too", action="store_true",
-                    help="each load twice: overlapped decode (default engine), then generate --sync-decode")
+    ap.add_argument("--overlap-too", action="store_true",
+                    help="each load twice: the engine as it is (sync), then generate --overlap-decode")
     ap.add_argument("--profile", default="",
                     help="runs (G or G+C) to repeat under libtorch's profiler after the measured ones "
                          "(generate --profile): OUT's folder gets gpu_sharing-profile-G_C.md and .json, naming "
@@ -180,7 +180,7 @@ def main():
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
            "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "kernel_ms": a.kernel_ms, "churn": a.churn, "runs": []}
     outdir = os.path.dirname(os.path.abspath(a.out))
-    engines = [("overlap", [])] + ([("sync", ["--sync-decode"])] if a.sync_too else [])
+    engines = [("sync", [])] + ([("overlap", ["--overlap-decode"])] if a.overlap_too else [])
     res["engines"] = [e for e, _ in engines]
     for k, (n, c) in enumerate(loads + profiled):
         prof = k >= len(loads)
@@ -232,11 +232,11 @@ def main():
               f"{row['prefill_wall_ms']:.1f} / {row['prefill_gpu_ms']:.1f} | "
               f"{row['step_wall_ms']:.2f} / {row['step_model_gpu_ms']:.2f} | {row[k] / max(1e-9, b[k]):.2f}x, "
               f"{row['tokens_per_s'] / max(1e-9, b['tokens_per_s']):.2f}x | {row['load_bursts_per_s']:.0f} |")
-    if a.sync_too:
-        # each overlapped run against the --sync-decode run right after it, beside the same load processes
+    if a.overlap_too:
+        # each --overlap-decode run against the synchronous run right before it, beside the same load processes
         pairs = zip(res["runs"][0::2], res["runs"][1::2])
-        print("\noverlapped decode against --sync-decode beside the same loads (tokens/s): " + ", ".join(
-            f"{r['loads']}+{r['cpu_loads']} {r['tokens_per_s'] / max(1e-9, s['tokens_per_s']):.2f}x" for r, s in pairs))
+        print("\n--overlap-decode against the synchronous engine beside the same loads (tokens/s): " + ", ".join(
+            f"{s['loads']}+{s['cpu_loads']} {o['tokens_per_s'] / max(1e-9, s['tokens_per_s']):.2f}x" for s, o in pairs))
     return 0
 
 

@@ -15,9 +15,9 @@ verdicts are judged, where the engine would wait idle); "turns-kv" and "async-de
 --reuse-kv (a later turn prefills only what its kept cache lacks); "async-defer-kv-exact" as that
 with --exact-prefill (the engine before session 48, which did not pad prefill calls);
 "async-carry-kv" as async-defer-kv with --carry-repairs (a step trains the groups whose answers all
-stopped at turn 1, and the next step finishes and trains those with repair turns); "turns-sync" and
-"async-defer-kv-sync" with --sync-decode (the engine before session 52, which read each decode
-step's tokens before launching the next). NAME@K is the K-th repeat of
+stopped at turn 1, and the next step finishes and trains those with repair turns); "turns-overlap" and
+"async-defer-kv-overlap" with --overlap-decode (each decode step launched before the last one's
+tokens are read). NAME@K is the K-th repeat of
 arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives each repeated arm's step times
 and their spread, since one run of each arm is not enough to tell arms ~15% apart. With
 --max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
@@ -279,10 +279,10 @@ def main():
              # async-defer-kv whose steps do not wait for their repairs: groups with repair turns
              # are finished and trained by the next step (--carry-repairs).
              "async-carry-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--carry-repairs"],
-             # As before session 52: each decode step's tokens read before the next step is
-             # launched (--sync-decode), turn by turn and async-defer-kv.
-             "turns-sync": ["--sync-decode"],
-             "async-defer-kv-sync": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--sync-decode"]}
+             # Each decode step launched before the last one's tokens are read (--overlap-decode),
+             # turn by turn and async-defer-kv (session 52 ran its four arms so, then the default).
+             "turns-overlap": ["--overlap-decode"],
+             "async-defer-kv-overlap": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--overlap-decode"]}
     # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
     # differed by ~15% of step time, more than the effects the arms were to show).
     unknown = [arm for arm in a.arms.split(",") if base_of(arm) not in flags]

@@ -59,7 +59,7 @@ struct ModelCommands::Impl {
   gen::SamplingParams sp;
   uint64_t seed = 0;
   bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false,
-       no_compact_slots = false, cudnn_attention = false, exact_prefill = false, sync_decode = false;
+       no_compact_slots = false, cudnn_attention = false, exact_prefill = false, overlap_decode = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   int arrive_every = 0, admit_together = 1, admit_wait_steps = 0;
@@ -134,9 +134,9 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_flag("--exact-prefill", m.exact_prefill,
                   "prefill exactly the prompts' tokens, without padding each call to one of a few sizes (the engine "
                   "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
-  m.gen->add_flag("--sync-decode", m.sync_decode,
-                  "read each decode step's tokens before launching the next, so the host's work between steps leaves "
-                  "the GPU idle (the engine before session 52: for comparisons)");
+  m.gen->add_flag("--overlap-decode", m.overlap_decode,
+                  "launch each decode step before the last one's tokens are read (gathered on the device), so the "
+                  "host's work between steps runs beside the GPU's (same tokens; bf16 rounding may differ)");
   m.gen->add_option("--arrive-every", m.arrive_every,
                     "requests reach the engine one at a time, one every N engine steps, as a server's "
                     "or RL's pipelined turns' do (0: all at once)")
@@ -280,7 +280,7 @@ int ModelCommands::Impl::run_generate() {
   eo.admit_wait_steps = admit_wait_steps;
   eo.cudnn_attention = cudnn_attention;
   eo.prefill_buckets = !exact_prefill;
-  eo.overlap = !sync_decode;
+  eo.overlap = overlap_decode;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
   std::vector<size_t> req_item;  // reqs[k] answers items[req_item[k]]
@@ -395,7 +395,7 @@ int ModelCommands::Impl::run_generate() {
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
            {"decode_steps", st.decode_steps}, {"prefill_calls", st.prefill_calls},
            {"prefill_wall_ms_total", st.prefill_wall_ms}, {"prefill_gpu_ms_total", st.prefill_gpu_ms},
-           {"cudnn_attention", cudnn_attention}, {"exact_prefill", exact_prefill}, {"overlap", !sync_decode},
+           {"cudnn_attention", cudnn_attention}, {"exact_prefill", exact_prefill}, {"overlap", overlap_decode},
            {"discarded_rows", st.discarded_rows},
            {"prefill_padded_tokens", st.padded_tokens},
            {"admissions_held", st.admissions_held}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},

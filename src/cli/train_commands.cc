@@ -165,9 +165,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_flag("--cudnn-attention", r.cudnn_attention,
               "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
               "(default off: flash attention)");
-  l->add_flag("--sync-decode", r.sync_decode,
-              "read each decode step's tokens before launching the next, so the host's work between steps (the "
-              "rollouts' too) leaves the GPU idle (the engine before session 52: for comparisons)");
+  l->add_flag("--overlap-decode", r.overlap_decode,
+              "launch each decode step before the last one's tokens are read, so the host's work between steps (the "
+              "rollouts' too) runs beside the GPU's (same tokens; bf16 rounding may differ)");
   l->add_flag("--exact-prefill", r.exact_prefill,
               "prefill exactly the prompts' tokens, without padding each call to one of a few sizes (the engine "
               "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");

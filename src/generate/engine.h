@@ -109,9 +109,14 @@ struct EngineOptions {
   // empties between steps (a GPU shared with MooreEval's judges hands its time slices on when
   // it does). A sequence that finished at a step is decoded once more in the next (the row's
   // result is thrown away: EngineStats::discarded_rows); a sequence that reaches max_new_tokens
-  // is not. Tokens are the same either way (per-row seeds and steps). Off: each step's tokens
-  // are read before the next step is launched (the engine before session 52).
-  bool overlap = true;
+  // is not. Tokens are the same either way (per-row seeds and steps) up to the arithmetic of
+  // the batch: the rows a step holds differ at some steps (a finished sequence's extra step,
+  // admissions a step later), and on CUDA a GEMM of another batch bucket or a longer attention
+  // span may round differently, so bf16 samples are not bit for bit the synchronous engine's.
+  // Off by default: on an H200 it was within noise of the synchronous engine in `generate`
+  // (alone and beside judge-like loads), and inside RL its effect was not separated from the
+  // lease's (docs/model-stack.md). Off: each step's tokens are read before the next is launched.
+  bool overlap = false;
 };
 
 struct EngineStats {

@@ -383,7 +383,7 @@ RlResult run_rl(const RlOptions& o) {
   eo.cuda_graphs = o.cuda_graphs;
   eo.cudnn_attention = o.cudnn_attention;
   eo.prefill_buckets = !o.exact_prefill;
-  eo.overlap = !o.sync_decode;
+  eo.overlap = o.overlap_decode;
   if (o.pipeline_turns) {
     eo.admit_together = o.admit_together;
     eo.admit_wait_steps = o.admit_wait_steps;

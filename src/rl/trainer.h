@@ -105,7 +105,7 @@ struct RlOptions {
   int admit_wait_steps = 16;
   bool cudnn_attention = false;  // gen::EngineOptions::cudnn_attention (off: flash, no per-shape plans)
   bool exact_prefill = false;    // gen::EngineOptions::prefill_buckets off
-  bool sync_decode = false;      // gen::EngineOptions::overlap off
+  bool overlap_decode = false;   // gen::EngineOptions::overlap
   // RolloutOptions::reuse_kv: later turns continue the engine's cache of the conversation instead
   // of prefilling it whole. Kept caches are given up at every update (they hold the old weights'
   // K/V), so with --async a next step's second turns, asked for after the update, prefill whole.

@@ -1,5 +1,5 @@
 """Issue 15's engine benches on the CPU. bench/gpu_sharing.py, whose load processes then load
-the CPU: every run measured, overlapped decode and --sync-decode beside the same loads, a profiled repeat that names the engine's parts, long-kernel loads,
+the CPU: every run measured, the engine and --overlap-decode beside the same loads, a profiled repeat that names the engine's parts, long-kernel loads,
 the load processes stopped afterwards, and a bad run list named. bench/gemm_shapes.py: every
 GEMM timed three ways."""
 import json
@@ -19,17 +19,17 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
     out = tmp_path / "sharing.json"
     r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
                         "--loads", "0,1,0+1", "--prompts", "3", "--prompt-len", "24", "--prompt-len-spread", "8",
-                        "--new-tokens", "4", "--arrive-every", "2", "--profile", "0", "--sync-too", "--out", out],
+                        "--new-tokens", "4", "--arrive-every", "2", "--profile", "0", "--overlap-too", "--out", out],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
     assert [(x["loads"], x["cpu_loads"], x["engine"]) for x in res["runs"]] == [
-        (0, 0, "overlap"), (0, 0, "sync"), (1, 0, "overlap"), (1, 0, "sync"), (0, 1, "overlap"), (0, 1, "sync")]
+        (0, 0, "sync"), (0, 0, "overlap"), (1, 0, "sync"), (1, 0, "overlap"), (0, 1, "sync"), (0, 1, "overlap")]
     for x in res["runs"]:
         assert x["prefill_calls"] >= 1 and x["decode_steps"] >= 4 and x["tokens_per_s"] > 0
     assert res["runs"][0]["load_bursts_per_s"] == 0 and res["runs"][2]["load_bursts_per_s"] > 0
-    assert "| 0 + 1 | sync |" in r.stdout
-    assert "overlapped decode against --sync-decode beside the same loads (tokens/s): 0+0 " in r.stdout
+    assert "| 0 + 1 | overlap |" in r.stdout
+    assert "--overlap-decode against the synchronous engine beside the same loads (tokens/s): 0+0 " in r.stdout
     # The profiled repeat names the engine's prefill (its layers) and decode steps among the host
     # ops (generate --profile); prefill::prepare is too small on the CPU to reach the top rows.
     md = (tmp_path / "gpu_sharing-profile-0_0.md").read_text()
