@@ -14,6 +14,7 @@
 #include "common/check.h"
 #include "generate/engine.h"
 #include "model/qwen_model.h"
+#include "tiny_qwen.h"
 
 namespace {
 
@@ -22,28 +23,11 @@ using mc::gen::EngineOptions;
 using mc::gen::GenerationEngine;
 using mc::gen::GenerationRequest;
 
-mc::model::QwenModel tiny(c10::Device device) {
-  mc::model::QwenConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;  // GQA
-  c.head_dim = 16;
-  c.max_position_embeddings = 256;
-  c.qk_norm = true;
-  c.eos_token_ids = {96};
-  // Larger weights than a fresh model's: peaked logits, so that greedy choices are not near-ties
-  // that the two prefill paths' last-bit differences could flip.
-  return mc::model::QwenModel::random(c, device, at::kFloat, 7, /*init_std=*/0.25);
-}
+mc::model::QwenModel tiny(c10::Device device) { return mc::test::tiny_qwen3(device); }
 
 // tiny() in the dtype generation runs in: bf16 on CUDA (flash attention), fp32 on the CPU.
 mc::model::QwenModel generation_model(c10::Device device) {
-  return mc::model::QwenModel::random(tiny(device).config(), device, device.is_cuda() ? at::kBFloat16 : at::kFloat, 7,
-                                      0.25);
+  return mc::test::tiny_qwen3(device, device.is_cuda() ? at::kBFloat16 : at::kFloat);
 }
 
 // Within bf16's rounding (3e-2) or fp32's (1e-4), relative to the largest magnitude compared.
@@ -353,12 +337,6 @@ TEST_P(EngineKv, BucketedPrefillEqualsExact) {
   }
 }
 
-std::vector<std::string> devices() {
-  std::vector<std::string> d{"cpu"};
-  if (at::hasCUDA()) d.push_back("cuda");
-  return d;
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, EngineKv, ::testing::ValuesIn(devices()));
+INSTANTIATE_TEST_SUITE_P(Devices, EngineKv, ::testing::ValuesIn(mc::test::test_devices()));
 
 }  // namespace

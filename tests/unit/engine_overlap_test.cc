@@ -16,6 +16,7 @@
 
 #include "generate/engine.h"
 #include "model/qwen_model.h"
+#include "tiny_qwen.h"
 
 namespace {
 
@@ -24,22 +25,7 @@ using mc::gen::EngineOptions;
 using mc::gen::GenerationEngine;
 using mc::gen::GenerationRequest;
 
-mc::model::QwenModel tiny(c10::Device device) {
-  mc::model::QwenConfig c;
-  c.architecture = "Qwen3ForCausalLM";
-  c.vocab_size = 97;
-  c.hidden_size = 64;
-  c.intermediate_size = 128;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.max_position_embeddings = 256;
-  c.qk_norm = true;
-  c.eos_token_ids = {96};
-  // Peaked logits, so that greedy choices are not near-ties that a different batch could flip.
-  return mc::model::QwenModel::random(c, device, at::kFloat, 7, /*init_std=*/0.25);
-}
+mc::model::QwenModel tiny(c10::Device device) { return mc::test::tiny_qwen3(device); }
 
 using Results = std::vector<std::vector<Completion>>;
 
@@ -196,12 +182,6 @@ TEST_P(EngineOverlap, KeptCachesContinueTheSame) {
   EXPECT_EQ(over.stats().reused_tokens, sync.stats().reused_tokens);
 }
 
-std::vector<std::string> devices() {
-  std::vector<std::string> d{"cpu"};
-  if (at::hasCUDA()) d.push_back("cuda");
-  return d;
-}
-
-INSTANTIATE_TEST_SUITE_P(Devices, EngineOverlap, ::testing::ValuesIn(devices()));
+INSTANTIATE_TEST_SUITE_P(Devices, EngineOverlap, ::testing::ValuesIn(mc::test::test_devices()));
 
 }  // namespace
