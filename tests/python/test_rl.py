@@ -604,6 +604,27 @@ def test_reuse_kv(setup):
     assert_same_trajectories(out, killed, later_text=False)
 
 
+def test_overlap_decode(setup):
+    """--overlap-decode (each decode step launched before the last one's tokens are read; the
+    engine's own test, engine_overlap_test.cc, shows it samples the same tokens): inside RL's
+    pipelined loop with --async and --reuse-kv, the same rows, update and trajectories (later
+    answers by verdict) as without it, against test_reuse_kv's run: the loop still finds the
+    engine idle before each update (its kept caches released, the weights changed). Every answer
+    of this tiny model ends at --max-new-tokens, whose sequences are not launched again, so no row
+    is thrown away here (the engine's test covers sequences that stop)."""
+    base = setup[0]
+    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns", "--reuse-kv")
+    ref, out = base / "async-pipelined-kv", base / "async-pipelined-kv-overlap"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--overlap-decode"))
+    assert_same_run(ref, out)
+    assert_same_trajectories(ref, out, later_text=False)
+    rows, plain = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
+    assert all(r["gen_discarded_rows"] == 0 for r in rows + plain)
+    assert sum(r["gen_continued"] for r in rows) > 0
+
+
 def test_repairs_ahead(setup):
     """--repairs-ahead: the next step's verdicts are taken in this step's pipelined loop too, and
     its failed answers' second turns asked for at once, where the engine would otherwise wait for
