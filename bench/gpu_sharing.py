@@ -220,8 +220,9 @@ def main():
              + ", ".join(f"{r['load_kernel_ms']:.1f} ms" for r in res["runs"] if r["loads"]) + ")"
              if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
     print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")
-    # decode ms a step: the run's wall time over its decode steps (prefill included), since with
-    # overlapped decode the engine's own step clock leaves out the host work that ran beside it
+    # decode ms a step: the engine's own clock, launching a step and waiting for its tokens (with
+    # --overlap-decode the host's work between steps runs beside the GPU and is not in it), so
+    # the engines compare by tokens/s
     print("| GPU + CPU load processes | engine | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (launch+wait / model GPU) | "
           "vs alone: prefill GPU, tokens/s | load bursts/s |\n|---:|---|---:|---:|---:|---:|---:|")
     for row in res["runs"]:

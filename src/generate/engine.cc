@@ -108,11 +108,10 @@ struct GenerationEngine::Impl {
   std::array<at::Tensor, 2> in_i64_h, in_f32_h, out_tok_h, out_lp_h;
   int parity = 0;
   bool graphs = false;
-  // A decode step launched and not yet read: its host buffers, batch, and (output row,
+  // A decode step launched and not yet read: its host buffers, its events, and (output row,
   // sequence id) for each sequence it decoded.
   struct Launch {
     int buf = 0;
-    int64_t batch = 0;
     std::vector<std::pair<int64_t, uint64_t>> rows;
 #ifdef MUSACODER_CUDA
     std::optional<at::cuda::CUDAEvent> e0, e1, e2;
@@ -502,7 +501,6 @@ struct GenerationEngine::Impl {
     Launch L;
     L.buf = parity;
     parity ^= 1;
-    L.batch = batch;
     int64_t* ip = in_i64_h[L.buf].data_ptr<int64_t>();
     float* fp = in_f32_h[L.buf].data_ptr<float>();
     const int64_t B = opts.max_batch;
@@ -639,7 +637,7 @@ struct GenerationEngine::Impl {
       read_decode(*inflight);
       inflight.reset();
     }
-    if (opts.compact_slots && num_running > 0) compact();
+    if (opts.compact_slots) compact();
     return did;
   }
 

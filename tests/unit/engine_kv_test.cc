@@ -14,7 +14,7 @@
 #include "common/check.h"
 #include "generate/engine.h"
 #include "model/qwen_model.h"
-#include "tiny_qwen.h"
+#include "engine_test_util.h"
 
 namespace {
 
@@ -22,6 +22,9 @@ using mc::gen::Completion;
 using mc::gen::EngineOptions;
 using mc::gen::GenerationEngine;
 using mc::gen::GenerationRequest;
+
+using mc::test::expect_same;
+using mc::test::greedy;
 
 mc::model::QwenModel tiny(c10::Device device) { return mc::test::tiny_qwen3(device); }
 
@@ -37,26 +40,9 @@ void expect_close(const at::Tensor& got, const at::Tensor& want, bool bf16, cons
   EXPECT_LE(err, (bf16 ? 3e-2 : 1e-4) * scale) << what << ": max |diff| " << err << " of " << scale;
 }
 
-GenerationRequest greedy(std::vector<int32_t> prompt, int max_new, bool keep = false, int64_t continues = -1) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.params.temperature = 0;
-  r.params.max_new_tokens = max_new;
-  r.params.ignore_eos = true;
-  r.keep_kv = keep;
-  r.continues = continues;
-  return r;
-}
-
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-void expect_same(const Completion& got, const Completion& want, const std::string& what) {
-  EXPECT_EQ(got.tokens, want.tokens) << what;
-  ASSERT_EQ(got.logprobs.size(), want.logprobs.size()) << what;
-  for (size_t i = 0; i < got.logprobs.size(); ++i) EXPECT_NEAR(got.logprobs[i], want.logprobs[i], 2e-4) << what << " token " << i;
 }
 
 class EngineKv : public ::testing::TestWithParam<std::string> {

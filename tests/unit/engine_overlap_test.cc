@@ -16,7 +16,7 @@
 
 #include "generate/engine.h"
 #include "model/qwen_model.h"
-#include "tiny_qwen.h"
+#include "engine_test_util.h"
 
 namespace {
 
@@ -27,6 +27,7 @@ using mc::gen::GenerationRequest;
 
 mc::model::QwenModel tiny(c10::Device device) { return mc::test::tiny_qwen3(device); }
 
+using mc::test::greedy;
 using Results = std::vector<std::vector<Completion>>;
 
 void expect_same(const Results& got, const Results& want, const std::string& what) {
@@ -35,11 +36,8 @@ void expect_same(const Results& got, const Results& want, const std::string& wha
     ASSERT_EQ(got[r].size(), want[r].size()) << what << " request " << r;
     for (size_t s = 0; s < got[r].size(); ++s) {
       const std::string at = what + ": request " + std::to_string(r) + " sample " + std::to_string(s);
-      EXPECT_EQ(got[r][s].tokens, want[r][s].tokens) << at;
+      mc::test::expect_same(got[r][s], want[r][s], at);
       EXPECT_EQ(got[r][s].finish_reason, want[r][s].finish_reason) << at;
-      ASSERT_EQ(got[r][s].logprobs.size(), want[r][s].logprobs.size()) << at;
-      for (size_t i = 0; i < got[r][s].logprobs.size(); ++i)
-        EXPECT_NEAR(got[r][s].logprobs[i], want[r][s].logprobs[i], 2e-4) << at << " token " << i;
     }
   }
 }
@@ -59,14 +57,6 @@ class EngineOverlap : public ::testing::TestWithParam<std::string> {
   // Requests of every kind; greedy ones stop at a token their unstopped answer holds early on,
   // so that sequences finish mid-batch at known steps.
   std::vector<GenerationRequest> requests(const mc::model::QwenModel& model) const {
-    auto greedy = [](std::vector<int32_t> prompt, int max_new) {
-      GenerationRequest r;
-      r.prompt = std::move(prompt);
-      r.params.temperature = 0;
-      r.params.max_new_tokens = max_new;
-      r.params.ignore_eos = true;
-      return r;
-    };
     std::vector<GenerationRequest> rs{greedy({3, 14, 15, 92, 65}, 24), greedy({35, 89, 79, 32, 38, 46, 26}, 20),
                                       greedy({43, 38, 32, 79, 50}, 5), greedy({28, 84, 19, 71}, 30)};
     GenerationEngine probe(model, nullptr, options(false));
@@ -156,14 +146,7 @@ TEST_P(EngineOverlap, KeptCachesContinueTheSame) {
   auto model = tiny(device());
   GenerationEngine sync(model, nullptr, options(false)), over(model, nullptr, options(true));
   auto turn = [](std::vector<int32_t> prompt, int max_new, int64_t continues) {
-    GenerationRequest r;
-    r.prompt = std::move(prompt);
-    r.params.temperature = 0;
-    r.params.max_new_tokens = max_new;
-    r.params.ignore_eos = true;
-    r.keep_kv = true;
-    r.continues = continues;
-    return r;
+    return mc::test::greedy(std::move(prompt), max_new, /*keep=*/true, continues);
   };
   const std::vector<int32_t> p1{3, 14, 15, 92, 65, 35, 89};
   std::vector<GenerationRequest> first{turn(p1, 11, -1), turn({9, 9, 8, 7}, 4, -1)};
