@@ -79,7 +79,36 @@ class TimingDeferred(Exception):
     """The candidate passed its trials while the trainer held the timing gate, and its request
     said `defer_timing`: instead of waiting for the gate with this lane taken (the lane's other
     candidates, failing ones among them, waiting behind it), the judge gives the candidate
-    back; the caller judges it again, whole, once the gate is open. Never a verdict."""
+    back with what its trials established (`passed`: TRIAL_RECORD's fields); the caller sends
+    that back as `passed_trials` once the gate is open, and the candidate is loaded afresh and
+    timed without repeating its trials. Never a verdict."""
+
+    def __init__(self, message, passed):
+        super().__init__(message)
+        self.passed = passed
+
+
+# What a judging's correctness trials established, kept by the caller (the C++ evaluator, never
+# the candidate) across a TimingDeferred and handed back as `passed_trials`: the timing compares
+# with `extra_atol`, and the result reports the rest as if the trials had just run.
+TRIAL_RECORD = ("trials_passed", "trials_total", "tolerance", "extra_atol", "mismatch",
+                "degenerate_reference", "param_redraw")
+
+
+def passed_trials_record(req, trials):
+    """The request's `passed_trials`, checked: None when absent; Infra when it does not say that
+    every one of this request's trials passed (the caller's mistake, never a verdict)."""
+    rec = req.get("passed_trials")
+    if rec is None:
+        return None
+    ok = isinstance(rec, dict) and all(isinstance(rec.get(k), int) and not isinstance(rec.get(k), bool)
+                                       for k in ("trials_passed", "trials_total"))
+    if not ok or rec["trials_passed"] != trials or rec["trials_total"] != trials:
+        raise Infra(f"passed_trials does not record {trials} passed trials: {json.dumps(rec)[:200]}")
+    xa = rec.get("extra_atol")
+    if xa is not None and not (isinstance(xa, list) and all(isinstance(x, (int, float)) for x in xa)):
+        raise Infra("passed_trials has a malformed extra_atol")
+    return rec
 
 
 class Verdict(Exception):
@@ -384,20 +413,26 @@ class Judge:
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
         cand = self.take_candidate()
         take_s = time.monotonic() - t0
+        res = None
         try:
             waited = self.lock.acquire("exclusive" if why else "shared")
             lane = {"lanes": self.lock.lanes, "mode": self.lock.mode, "waited_s": round(waited, 3)}
             if why:
                 lane["exclusive_why"] = why
-            return self._evaluate(req, lane, cand, take_s)
+            res = self._evaluate(req, lane, cand, take_s)
+            return res
         finally:
             if cand not in self.dying:  # _evaluate did not get as far as its own kill
                 cand.signal_kill()
                 self.dying.append(cand)
             if self.lock.lanes > 1:
+                t_reap = time.monotonic()
                 self.reap()
                 if self.cuda:  # an idle lane keeps no cached blocks a large problem could need
                     self.torch.cuda.empty_cache()
+                if res is not None and isinstance(res.get("stage_s"), dict):
+                    # With the gate still held (exclusive after timing): on every candidate's path.
+                    res["stage_s"]["reap"] = time.monotonic() - t_reap
             self.lock.release()
 
     def exclusive_marker(self, path):
@@ -644,6 +679,9 @@ class Judge:
             raise Infra(f"cannot load problem {req['problem_path']}: {type(e).__name__}: {e}")
         ref_model, init_inputs = self.reference_model(prob, seed, dtype)
         native = req["format"] == "native"
+        # Deferred before (TimingDeferred): its trials passed in an earlier judging; this one
+        # loads it afresh and times it (the timed runs' outputs are compared all the same).
+        reused = passed_trials_record(req, trials)
         trial_inputs = trial_schedule(seed, trials)
         stage_s = res["stage_s"] = {}  # seconds per stage, for the row's exec breakdown
         t_stage = time.monotonic()
@@ -707,9 +745,13 @@ class Judge:
             rep = self._ask(cand, load, self.args.load_timeout, "load", preempt_after=PREEMPT_LOAD_S)
             res["compile_path"] = rep.get("compile_path", "pool")
             lap("load")
-            redraw_to = self._redraw_mapping(ref_model, rep, native, res)
+            redraw_to = self._redraw_mapping(ref_model, rep, native, res) if reused is None else None
 
             passed, first_mismatch = 0, None
+            if reused is not None:
+                res.update({k: reused[k] for k in TRIAL_RECORD if k in reused})
+                res["trials_reused"] = True
+                passed = trials
 
             def trim():  # the candidate's allocator cache back to the driver (truth_run, snapshot)
                 rep = self._ask(cand, {"op": "trim"}, 60, "correctness")
@@ -718,13 +760,14 @@ class Judge:
                     res["trimmed_bytes"] = res.get("trimmed_bytes", 0) + freed
             parts = res["trial_parts_s"] = {}  # where trial time goes (judge side + candidate's)
             limits = res["trial_limits_s"] = []
-            extra_atol = None  # per output: the numerics allowance of native-input trials
+            # per output: the numerics allowance of native-input trials
+            extra_atol = reused.get("extra_atol") if reused is not None else None
 
             def part(name, since):
                 now = time.monotonic()
                 parts[name] = parts.get(name, 0.0) + now - since
                 return now
-            for t, (tseed, variant) in enumerate(trial_inputs):
+            for t, (tseed, variant) in enumerate(trial_inputs if reused is None else []):
                 t_part = time.monotonic()
                 redraw = None
                 if t in REDRAW_TRIALS and params and redraw_to is not None:
@@ -789,13 +832,15 @@ class Judge:
                 del inputs, ref, truth, before, outs, shared
                 part("checks", t_part)
             res["extra_atol"] = extra_atol
-            res["mismatch"] = first_mismatch
-            lap("trials")
+            if reused is None:
+                res["mismatch"] = first_mismatch
+                lap("trials")
             if passed < trials:
                 raise Verdict("incorrect", f"{passed}/{trials} trials matched the reference")
             if req.get("timing", True):
                 if req.get("defer_timing") and self._gate_closed():
-                    raise TimingDeferred(f"{passed}/{trials} trials matched; timing held by the trainer")
+                    raise TimingDeferred(f"{passed}/{trials} trials matched; timing held by the trainer",
+                                         {k: res[k] for k in TRIAL_RECORD if k in res})
                 self._time(req, prob, ref_model, cand, res, dtype, seed)
                 lap("timing")
             res["verdict"], res["stage"] = "ok", "done"
@@ -1295,7 +1340,8 @@ def main():
             reply = {"id": rid, "ok": False, "preempted": True, "infra_error": f"preempted: {e}"}
         except TimingDeferred as e:
             print(f"judge: at {time.time():.3f} timing deferred: {e}", file=sys.stderr, flush=True)
-            reply = {"id": rid, "ok": False, "deferred": True, "infra_error": f"timing deferred: {e}"}
+            reply = {"id": rid, "ok": False, "deferred": True, "passed_trials": e.passed,
+                     "infra_error": f"timing deferred: {e}"}
         except Infra as e:
             reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory}
             out.write(json.dumps(reply) + "\n")

@@ -173,7 +173,8 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
-              "to time it (judged again, whole, once we stop): failing answers behind it get their verdicts meanwhile");
+              "to time it (loaded again and timed once we stop, its trials not repeated): failing answers behind it get "
+              "their verdicts meanwhile");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();

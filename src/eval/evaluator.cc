@@ -38,6 +38,7 @@ struct Item {
   bool exclusive = false;  // preempted once: judged again with the GPU to itself
   Clock::time_point requeued;
   int timing_deferrals = 0;  // given back while timing was held (EvaluatorOptions::defer_timing)
+  nlohmann::json passed_trials;  // what its trials established then: timed later without repeating them
   bool compile_ready() const {
     return !prep.compile ||
            compiled.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
@@ -217,11 +218,12 @@ struct Evaluator::Impl {
         go_on = apply_compile(r, co, cfg);
       }
       const bool defer = opts.defer_timing && !gate.empty() && it.timing_deferrals < kMaxTimingDeferrals;
-      const auto judged = go_on ? runner.execute(it.cand, it.prep, co, cfg, r, it.exclusive, defer)
+      const auto judged = go_on ? runner.execute(it.cand, it.prep, co, cfg, r, it.exclusive, defer, &it.passed_trials)
                                 : GpuRunner::Judged::kDone;
       if (judged != GpuRunner::Judged::kDone) {
         // Preempted: back to the queue, judged again alone once the others have run. Timing
-        // deferred: judged again once timing is released (may_take).
+        // deferred: loaded again and timed once timing is released (may_take), its trials not
+        // repeated (it.passed_trials).
         if (judged == GpuRunner::Judged::kPreempted) {
           it.exclusive = true;
           it.requeued = Clock::now();

@@ -37,10 +37,12 @@ struct EvaluatorOptions {
   bool prepare_toolchain = false;  // build the precompiled header now, in the background (services)
   bool timing_gate = false;     // judges time only while hold_timing(false) (a trainer shares the GPU)
   // With timing_gate: a candidate that passes its trials while timing is held is given back by
-  // its judge instead of waiting for the release with its lane taken, and is judged again, whole,
-  // once timing is released (at most kMaxTimingDeferrals times, then it waits as without). So
-  // failing candidates behind it get their verdicts while the trainer generates, which is what
-  // `train rl --pipeline-turns` needs; a passing one pays its trials twice.
+  // its judge instead of waiting for the release with its lane taken, and once timing is
+  // released it is loaded afresh and timed, its trials not repeated (the evaluator keeps what
+  // they established; judge_details.trials_reused). At most kMaxTimingDeferrals times, then it
+  // waits as without. So failing candidates behind it get their verdicts while the trainer
+  // generates, which is what `train rl --pipeline-turns` needs; a passing one pays a second
+  // load, not its trials twice.
   bool defer_timing = false;
 };
 

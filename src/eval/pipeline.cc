@@ -207,7 +207,8 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
   for (const char* k : {"tolerance", "truth_on", "param_redraw", "memory_plan", "trial_limits_s",
                         "judge_peak_mem_bytes", "timing_sets_used", "lane", "timing_overhead_us",
                         "timing_open_s", "timing_wall_us_per_iter", "timing_spares_wait_s",
-                        "timing_quiesce_s", "timing_spares_paused", "trims", "trimmed_bytes", "cpu_threads"})
+                        "timing_quiesce_s", "timing_spares_paused", "trims", "trimmed_bytes", "cpu_threads",
+                        "trials_reused"})
     if (j.contains(k) && !j[k].is_null()) r.judge_details[k] = j[k];
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
@@ -227,7 +228,8 @@ void GpuRunner::warm_up() {
 }
 
 GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                                     const EvalConfig& cfg, EvalResult& r, bool exclusive, bool defer_timing) {
+                                     const EvalConfig& cfg, EvalResult& r, bool exclusive, bool defer_timing,
+                                     nlohmann::json* passed_trials) {
   if (start_failures_ >= 3) {  // this GPU's judge cannot start: do not wait for it again
     r.verdict = Verdict::kInfraError;
     r.infra_error = "executor for GPU " + std::to_string(opts_.gpu) + " is unavailable (its judge "
@@ -249,6 +251,7 @@ GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate
     preempted_why = std::exchange(r.infra_error, std::string());
   }
   if (defer_timing) req["defer_timing"] = true;
+  if (passed_trials && passed_trials->is_object()) req["passed_trials"] = *passed_trials;
   // Infra failures are retried once; a candidate's own failures never are. A judge that died
   // or ran out of memory is the verifier's failure, not the GPU's: the executor starts a new
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
@@ -288,6 +291,7 @@ GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate
       }
       if (reply.value("deferred", false) && defer_timing) {
         if (exclusive) r.infra_error = preempted_why;  // it still rides with the candidate
+        if (passed_trials) *passed_trials = reply.value("passed_trials", nlohmann::json());
         return Judged::kTimingDeferred;
       }
       if (reply.value("preempted", false) && !req.value("exclusive", false)) {

@@ -57,14 +57,19 @@ class GpuRunner {
     // cannot be preempted.
     kPreempted,
     // With `defer_timing`: it passed its trials while the trainer held timing (r untouched).
-    // The judge gave it back rather than wait for the gate with its lane taken; the caller runs
-    // it again, whole, once timing is released (Evaluator, EvaluatorOptions::defer_timing).
+    // The judge gave it back rather than wait for the gate with its lane taken, with what its
+    // trials established in `*passed_trials`; the caller runs it again once timing is released,
+    // passing that back, and the judge loads it afresh and times it without repeating the
+    // trials (Evaluator, EvaluatorOptions::defer_timing).
     kTimingDeferred,
   };
   // `cfg` is the candidate's own (jobs from a queue may each carry a different one). A judge
-  // that ran out of memory beside other lanes is retried exclusive at once.
+  // that ran out of memory beside other lanes is retried exclusive at once. `passed_trials`
+  // (with defer_timing): in, a record from an earlier kTimingDeferred (null: none); out, the
+  // record when this call returns kTimingDeferred.
   [[nodiscard]] Judged execute(const Candidate& c, const PreparedCandidate& p, const CompileOutcome& co,
-                               const EvalConfig& cfg, EvalResult& r, bool exclusive = false, bool defer_timing = false);
+                               const EvalConfig& cfg, EvalResult& r, bool exclusive = false, bool defer_timing = false,
+                               nlohmann::json* passed_trials = nullptr);
   int gpu() const { return opts_.gpu; }
   // Starts this GPU's judge ahead of the first candidate (a failure is left for execute() to
   // report, as an infra error of the candidate that needs the judge).

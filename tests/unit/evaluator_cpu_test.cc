@@ -645,14 +645,30 @@ TEST(EvaluatorCpu, SubmitLeavesExtractionAndStaticChecksToThePreparingThread) {
 
 // With defer_timing, a judge does not sit on a candidate that passed while timing is held: it
 // gives it back and takes the next, so a failing answer queued behind gets its verdict while the
-// trainer still generates (what --pipeline-turns waits for). The passing one is judged again,
-// whole, after the release, and timed (HeldTimingWaitsForTheRelease: without it, the judge waits).
+// trainer still generates (what --pipeline-turns waits for). The passing one is loaded afresh
+// after the release and timed, its trials not repeated (HeldTimingWaitsForTheRelease: without
+// defer_timing, the judge waits). The timed runs' outputs are still checked in that fresh
+// process: an answer honest for its first six calls (its trials) and wrong after them, in each
+// process, fails at timing as it would have without the deferral.
 TEST(EvaluatorCpu, DeferredTimingLetsTheNextCandidateThrough) {
   ProblemPtr add = case_problem("1_Add");
   Candidate good = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
   Candidate bad = candidate_from_file(mc::test::cases_dir() + "/cpu/wrong_add.py", add);
+  Candidate stale = candidate_from_file(mc::test::cases_dir() + "/cpu/honest_add.py", add);
   good.sample_id = "good";
   bad.sample_id = "bad";
+  stale.sample_id = "stale";
+  stale.answer =
+      "```python\nimport torch\nimport torch.nn as nn\nfrom torch.utils.cpp_extension import load_inline\n"
+      "src = r'''\n#include <torch/extension.h>\n"
+      "torch::Tensor f(torch::Tensor a, torch::Tensor b) {\n"
+      "    static int calls = 0;\n    const bool honest = ++calls <= 6;\n"
+      "    auto out = torch::empty_like(a);\n"
+      "    const float* pa = a.data_ptr<float>(); const float* pb = b.data_ptr<float>(); float* po = out.data_ptr<float>();\n"
+      "    for (int64_t i = 0; i < a.numel(); ++i) po[i] = honest ? pa[i] + pb[i] : 0.0f;\n"
+      "    return out;\n}\n'''\n"
+      "ext = load_inline(name='stale_after_six', cpp_sources=src, functions=['f'], with_cuda=False)\n"
+      "class ModelNew(nn.Module):\n    def forward(self, a, b):\n        return ext.f(a.contiguous(), b.contiguous())\n```";
   EvalConfig cfg;
   cfg.trial_timeout_s = 10;
   cfg.timing_budget_s = 0.1;
@@ -660,12 +676,14 @@ TEST(EvaluatorCpu, DeferredTimingLetsTheNextCandidateThrough) {
   o.timing_gate = true;
   o.defer_timing = true;
   o.lanes = 1;
+  o.skip_static = true;  // the stale answer's static counter: the run-time check alone
   Evaluator ev(cfg, o);
   ev.hold_timing(true);
-  std::promise<EvalResult> got_good, got_bad;
-  auto fg = got_good.get_future(), fb = got_bad.get_future();
+  std::promise<EvalResult> got_good, got_bad, got_stale;
+  auto fg = got_good.get_future(), fb = got_bad.get_future(), fs = got_stale.get_future();
   ev.submit(good, [&](EvalResult r) { got_good.set_value(std::move(r)); });
   ev.submit(bad, [&](EvalResult r) { got_bad.set_value(std::move(r)); });
+  ev.submit(stale, [&](EvalResult r) { got_stale.set_value(std::move(r)); });
   ASSERT_EQ(fb.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "the failing one waited for the release";
   EvalResult b = fb.get();
   EXPECT_EQ(b.verdict, Verdict::kIncorrect) << b.reason << " | " << b.infra_error;
@@ -677,6 +695,17 @@ TEST(EvaluatorCpu, DeferredTimingLetsTheNextCandidateThrough) {
   EXPECT_TRUE(r.candidate_time.has_value());
   EXPECT_EQ(r.judge_details.value("timing_deferred", 0), 1) << r.judge_details.dump();
   EXPECT_EQ(r.trials_passed, r.trials_total);
+  EXPECT_EQ(r.trials_total, cfg.trials);
+  // Timed without repeating its trials: the second judging has a load and a timing, no trials.
+  EXPECT_TRUE(r.judge_details.value("trials_reused", false)) << r.judge_details.dump();
+  EXPECT_TRUE(r.exec_stages.contains("load") && r.exec_stages.contains("timing")) << r.exec_stages.dump();
+  EXPECT_FALSE(r.exec_stages.contains("trials")) << r.exec_stages.dump();
+  ASSERT_EQ(fs.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  EvalResult st = fs.get();
+  EXPECT_EQ(st.verdict, Verdict::kTimingError) << st.reason << " | " << st.infra_error;
+  EXPECT_EQ(st.rule, "stale_result") << st.reason;
+  EXPECT_EQ(st.judge_details.value("timing_deferred", 0), 1) << st.judge_details.dump();
+  EXPECT_TRUE(st.judge_details.value("trials_reused", false)) << st.judge_details.dump();
 }
 
 // `musacoder selftest` on the CPU: valid re-implementations (float64, another summation order,
