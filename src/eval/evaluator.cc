@@ -375,7 +375,10 @@ Evaluator::Stats Evaluator::stats() const {
   Stats s;
   {
     std::lock_guard lk(m.mu);
-    for (const auto& it : m.pending) (it.compile_ready() ? s.ready : s.compiling)++;
+    for (const auto& it : m.pending) {
+      (it.compile_ready() ? s.ready : s.compiling)++;
+      if (it.timing_deferrals > 0) ++s.deferred;
+    }
     s.compiling += m.to_prepare.size();
     s.executing = m.executing;
   }

@@ -72,6 +72,7 @@ class Evaluator {
   struct Stats {
     size_t compiling = 0;  // waiting for the compile pool, or for stages 1-2
     size_t ready = 0;      // compiled, waiting for a GPU
+    size_t deferred = 0;   // of those, given back while timing was held (defer_timing): waiting for its release
     size_t executing = 0;  // on a GPU right now
     size_t gpus = 0;
     size_t judges = 0;     // lanes over all GPUs: how many candidates may be on a GPU at once

@@ -687,7 +687,15 @@ TEST(EvaluatorCpu, DeferredTimingLetsTheNextCandidateThrough) {
   ASSERT_EQ(fb.wait_for(std::chrono::seconds(120)), std::future_status::ready) << "the failing one waited for the release";
   EvalResult b = fb.get();
   EXPECT_EQ(b.verdict, Verdict::kIncorrect) << b.reason << " | " << b.infra_error;
-  EXPECT_EQ(fg.wait_for(std::chrono::seconds(1)), std::future_status::timeout) << "timed while held";
+  // Both passing answers given back before the release: under load the third one's trials may
+  // still run when the second one's verdict is in.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (ev.stats().deferred < 2) {
+    ASSERT_TRUE(std::chrono::steady_clock::now() < until) << "the passing answers were not given back";
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(fg.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "timed while held";
+  EXPECT_EQ(fs.wait_for(std::chrono::seconds(0)), std::future_status::timeout) << "timed while held";
   ev.hold_timing(false);
   ASSERT_EQ(fg.wait_for(std::chrono::seconds(120)), std::future_status::ready);
   EvalResult r = fg.get();
