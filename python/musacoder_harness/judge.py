@@ -95,6 +95,11 @@ TRIAL_RECORD = ("trials_passed", "trials_total", "tolerance", "extra_atol", "mis
                 "degenerate_reference", "param_redraw")
 
 
+def trial_record(res):
+    """res's TRIAL_RECORD fields (those it has)."""
+    return {k: res[k] for k in TRIAL_RECORD if k in res}
+
+
 def passed_trials_record(req, trials):
     """The request's `passed_trials`, checked: None when absent; Infra when it does not say that
     every one of this request's trials passed (the caller's mistake, never a verdict)."""
@@ -749,7 +754,7 @@ class Judge:
 
             passed, first_mismatch = 0, None
             if reused is not None:
-                res.update({k: reused[k] for k in TRIAL_RECORD if k in reused})
+                res.update(trial_record(reused))
                 res["trials_reused"] = True
                 passed = trials
 
@@ -840,7 +845,7 @@ class Judge:
             if req.get("timing", True):
                 if req.get("defer_timing") and self._gate_closed():
                     raise TimingDeferred(f"{passed}/{trials} trials matched; timing held by the trainer",
-                                         {k: res[k] for k in TRIAL_RECORD if k in res})
+                                         trial_record(res))
                 self._time(req, prob, ref_model, cand, res, dtype, seed)
                 lap("timing")
             res["verdict"], res["stage"] = "ok", "done"
