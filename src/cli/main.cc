@@ -201,7 +201,7 @@ int main(int argc, char** argv) {
       "Policy-model commands (libtorch; `musacoder COMMAND --help`):\n"
       "  generate                    sample completions from a Qwen2/Qwen3 model (JSONL with tokens, text, log-probs)\n"
       "  score                       per-token log-probs of given sequences (what RL ratios need)\n"
-      "  convert                     re-save a model directory (dtype, shards) in Hugging Face format\n"
+      "  convert                     re-save a model directory (dtype, shards), or import a GGUF file (--from-gguf)\n"
       "  serve-model                 OpenAI-compatible /v1/completions and /v1/chat/completions\n"
       "  train sft                   supervised fine-tuning (one GPU, or many under torchrun / SLURM)");
   app.require_subcommand(1);

@@ -19,6 +19,7 @@
 #include "generate/engine.h"
 #include "generate/openai_server.h"
 #include "model/device.h"
+#include "model/gguf_import.h"
 #include "model/qwen_model.h"
 #include "model/safetensors.h"
 #include "tokenizer/bpe_tokenizer.h"
@@ -74,7 +75,7 @@ struct ModelCommands::Impl {
 
   // convert
   CLI::App* conv = nullptr;
-  std::string conv_in, conv_out, conv_dtype = "bf16";
+  std::string conv_in, conv_gguf, conv_out, conv_dtype = "bf16";
   double shard_gb = 0;
 
   // init
@@ -163,8 +164,10 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.score->add_option("--temperature", m.score_temp, "log softmax(logits / T)")->capture_default_str();
   m.score->add_option("--logits", m.logits_file, "also write each line's full logits (fp32) to this .safetensors");
 
-  m.conv = app.add_subcommand("convert", "re-save a model directory (dtype, shards) in Hugging Face format");
-  m.conv->add_option("--model", m.conv_in, "source model directory")->required();
+  m.conv = app.add_subcommand("convert", "re-save a model directory (dtype, shards), or import a GGUF file, in Hugging Face format");
+  auto* conv_src = m.conv->add_option("--model", m.conv_in, "source model directory");
+  m.conv->add_option("--from-gguf", m.conv_gguf, "source GGUF file (llama.cpp's format: qwen2 / qwen3, dequantized)")
+      ->excludes(conv_src);
   m.conv->add_option("--out", m.conv_out, "destination directory")->required();
   m.conv->add_option("--dtype", m.conv_dtype, "bf16, fp16 or fp32")->capture_default_str();
   m.conv->add_option("--max-shard-gb", m.shard_gb, "shard size limit in GB (0: one file)")->capture_default_str();
@@ -223,13 +226,14 @@ int ModelCommands::Impl::run_generate() {
   auto need_tok = [&](const std::string& where) {
     MC_CHECK(tokenizer, where, ": text prompts need ", gm.dir, "/tokenizer.json (or give prompt_ids)");
   };
+  const auto format = tok::read_chat_format(gm.dir);  // the model's default system turn, if any
   auto text_ids = [&](const std::string& text, const std::string& where) {
     need_tok(where);
     if (!chat) return tokenizer->encode(text);
     std::vector<tok::ChatTurn> turns;
     if (!system.empty()) turns.push_back({"system", system});
     turns.push_back({"user", text});
-    return tokenizer->encode(tok::render_chatml(turns, true));
+    return tokenizer->encode(tok::render_chat(format, turns, true));
   };
   if (!prompt.empty()) {
     items.push_back({nullptr, text_ids(prompt, "--prompt")});
@@ -248,7 +252,7 @@ int ModelCommands::Impl::run_generate() {
           MC_CHECK(t.contains("role") && t.contains("content"), where, ": each message needs role and content");
           turns.push_back({t["role"], t["content"]});
         }
-        it.ids = tokenizer->encode(tok::render_chatml(turns, true));
+        it.ids = tokenizer->encode(tok::render_chat(format, turns, true));
       } else {
         MC_CHECK(r.contains("prompt") && r["prompt"].is_string(), where,
                  ": expected \"prompt\" (string), \"messages\" or \"prompt_ids\"");
@@ -457,6 +461,21 @@ int ModelCommands::Impl::run_score() {
 int ModelCommands::Impl::run_convert() {
   auto dtype = parse_dtype(conv_dtype);
   MC_CHECK(dtype != c10::ScalarType::Undefined, "--dtype must be bf16, fp16 or fp32");
+  MC_CHECK(!conv_in.empty() || !conv_gguf.empty(), "convert needs --model DIR or --from-gguf FILE");
+  if (!conv_gguf.empty()) {
+    MC_CHECK(dtype == at::kBFloat16 || dtype == at::kFloat, "--from-gguf writes bf16 or fp32 weights, not ", conv_dtype);
+    MC_CHECK(shard_gb == 0, "--from-gguf writes one model.safetensors (re-save it with --model to shard it)");
+    auto r = model::import_gguf(conv_gguf, conv_out, dtype == at::kFloat ? model::DType::kF32 : model::DType::kBF16);
+    // The folder must load as every command will load it.
+    (void)model::QwenModel::load(conv_out, c10::Device(c10::kCPU), dtype);
+    auto tok = tok::BpeTokenizer::from_file((fs::path(conv_out) / "tokenizer.json").string());
+    std::string types;
+    for (const auto& [t, n] : r.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, t);
+    fmt::print(stderr, "wrote {}: {} \"{}\", {:.1f} M parameters ({}), vocabulary {}, from {} (sha256 {}; tensors: {})\n",
+               conv_out, r.architecture, r.name, r.parameters / 1e6, conv_dtype, tok.vocab_size(), conv_gguf,
+               r.sha256, types);
+    return 0;
+  }
   MC_CHECK(fs::weakly_canonical(conv_in) != fs::weakly_canonical(conv_out), "--out must differ from --model");
   // fp32 on the CPU: exact for every source dtype.
   auto model = model::QwenModel::load(conv_in, c10::Device(c10::kCPU), at::kFloat);
@@ -534,6 +553,7 @@ int ModelCommands::Impl::run_serve() {
   eo.max_seq_len = std::min<int64_t>(serve_len, model.config().max_position_embeddings);
   eo.cuda_graphs = !no_graphs;
   gen::GenerationEngine engine(model, &*tokenizer, eo);
+  so.chat = tok::read_chat_format(vm.dir);
   gen::OpenAIServer server(engine, *tokenizer, so);
   int port = server.bind();
   g_server = &server;

@@ -21,7 +21,8 @@ def make_tokenizer(path):
     return train_bpe(path, CORPUS, "qwen", vocab_size=400)
 
 
-def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32, max_positions=256):
+def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=torch.float32, max_positions=256,
+               attention_bias=True):
     import transformers
     os.makedirs(directory, exist_ok=True)
     tok = make_tokenizer(os.path.join(directory, "tokenizer.json"))
@@ -33,7 +34,7 @@ def make_model(directory, arch="qwen2", tie=False, seed=0, vocab=None, dtype=tor
         cfg = transformers.Qwen2Config(rope_theta=10000.0, **common)
         cls = transformers.Qwen2ForCausalLM
     else:
-        cfg = transformers.Qwen3Config(head_dim=24, attention_bias=True, rope_theta=1000.0, **common)
+        cfg = transformers.Qwen3Config(head_dim=24, attention_bias=attention_bias, rope_theta=1000.0, **common)
         cls = transformers.Qwen3ForCausalLM
     torch.manual_seed(seed)
     model = cls(cfg).to(dtype)
