@@ -35,18 +35,24 @@ WORDS = ("def forward self return torch relu kernel float void add softmax rows 
          "x y z i j k tile load store half bf16 matmul conv stride pad batch").split()
 
 
-def make_data(path, tok_path, tokens_per_step, max_len, seed=0):
+def make_data(path, tok_path, tokens_per_step, max_len, seed=0, tok=None, system=None):
+    """Rows whose total is one step's tokens; `tok` (a real model's tokenizer) or one trained here.
+    `system`: a system turn every row starts with (a real model's default one, so that both sides
+    render the same text: our trainer adds it to rows without one, chatml_reference does not)."""
     g = torch.Generator().manual_seed(seed)
 
     def text(k):
         return " ".join(WORDS[i] for i in torch.randint(0, len(WORDS), (k,), generator=g).tolist())
     corpus = [text(200) for _ in range(200)]
-    tok = train_bpe(tok_path, corpus, "qwen", vocab_size=2000)
+    if tok is None:
+        tok = train_bpe(tok_path, corpus, "qwen", vocab_size=2000)
     rows, total = [], 0
     while True:
         n_prompt = int(torch.randint(100, 500, (1,), generator=g))
         n_answer = int(torch.randint(150, max_len // 2 - 100, (1,), generator=g))
         row = {"messages": [{"role": "user", "content": text(n_prompt)}, {"role": "assistant", "content": text(n_answer)}]}
+        if system:
+            row["messages"].insert(0, {"role": "system", "content": system})
         ids, _ = render(tok, row)
         if len(ids) > max_len:
             continue
@@ -155,20 +161,39 @@ def main():
     ap.add_argument("--micro-batch-tokens", type=int, default=16384)
     ap.add_argument("--max-len", type=int, default=4096)
     ap.add_argument("--lr", type=float, default=1e-5)
+    ap.add_argument("--model", help="a real model folder (e.g. models/qwen2.5-coder-1.5b-instruct; its tokenizer "
+                    "renders the data) instead of the random Qwen2-0.5B-shaped one")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     work = os.path.join(a.out, "work")
     os.makedirs(os.path.join(work, "model"), exist_ok=True)
-    tok, rows, total = make_data(os.path.join(work, "data.jsonl"), os.path.join(work, "tokenizer.json"), a.tokens_per_step, a.max_len)
-    cfg, nparams = make_model(os.path.join(work, "model"), tok)
+    if a.model:
+        import tokenizers
+        import transformers
+        real = tokenizers.Tokenizer.from_file(os.path.join(a.model, "tokenizer.json"))
+        import re
+        tmpl = json.load(open(os.path.join(a.model, "tokenizer_config.json"))).get("chat_template", "")
+        m = re.search(r"<\|im_start\|>system\\n([^'\"<]+)<\|im_end\|>", tmpl)
+        tok, rows, total = make_data(os.path.join(work, "data.jsonl"), None, a.tokens_per_step, a.max_len, tok=real,
+                                     system=m.group(1) if m else None)
+        cfg = transformers.AutoConfig.from_pretrained(a.model)
+        from safetensors import safe_open
+        with safe_open(os.path.join(a.model, "model.safetensors"), "pt") as f:
+            nparams = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+        model_dir = a.model
+    else:
+        tok, rows, total = make_data(os.path.join(work, "data.jsonl"), os.path.join(work, "tokenizer.json"),
+                                     a.tokens_per_step, a.max_len)
+        cfg, nparams = make_model(os.path.join(work, "model"), tok)
+        model_dir = os.path.join(work, "model")
     examples = [render(tok, r) for r in rows]
     targets = sum(sum(m[1:]) for _, m in examples)
     pairs = sum(len(x) * (len(x) + 1) / 2 for x, _ in examples)
-    print(f"model: Qwen2-0.5B shape, {nparams / 1e6:.0f}M parameters; data: {len(rows)} rows, {total} tokens, {targets} targets",
+    print(f"model: {a.model or 'Qwen2-0.5B shape, random'}, {nparams / 1e6:.0f}M parameters; data: {len(rows)} rows, {total} tokens, {targets} targets",
           flush=True)
 
     env = dict(os.environ)
-    cmd = [a.musacoder, "train", "sft", "--model", os.path.join(work, "model"), "--data", os.path.join(work, "data.jsonl"),
+    cmd = [a.musacoder, "train", "sft", "--model", model_dir, "--data", os.path.join(work, "data.jsonl"),
            "--out", os.path.join(work, "ours"), "--max-steps", str(a.steps), "--tokens-per-step", str(a.tokens_per_step),
            "--micro-batch-tokens", str(a.micro_batch_tokens), "--max-len", str(a.max_len), "--lr", str(a.lr),
            "--schedule", "constant", "--grad-clip", "1.0", "--no-progress"]
@@ -179,7 +204,7 @@ def main():
         sys.exit(f"musacoder train sft failed ({r.returncode})")
     ours = [json.loads(line) for line in open(os.path.join(work, "ours", "metrics.jsonl")) if '"train"' in line]
     ours_wall = time.time() - t0
-    theirs, info = pytorch_loop(os.path.join(work, "model"), examples, a.steps, a.lr, a.micro_batch_tokens, 1.0)
+    theirs, info = pytorch_loop(model_dir, examples, a.steps, a.lr, a.micro_batch_tokens, 1.0)
 
     def summary(rs):
         warm = rs[2:] if len(rs) > 3 else rs
@@ -189,7 +214,8 @@ def main():
                 "peak_alloc_gib": max(x.get("peak_alloc_gib", 0) for x in rs),
                 "peak_reserved_gib": max(x.get("peak_reserved_gib", 0) for x in rs),
                 "losses": [x["loss"] for x in rs]}
-    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "params": nparams, "rows": len(rows),
+    res = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__, "model": a.model or "random 0.5B shape",
+           "params": nparams, "rows": len(rows),
            "tokens_per_step": total, "targets_per_step": targets, "micro_batch_tokens": a.micro_batch_tokens, "steps": a.steps,
            "musacoder": summary(ours), "pytorch": summary(theirs), "pytorch_batches": info, "musacoder_wall_s": ours_wall}
     res["speedup"] = res["musacoder"]["tokens_per_s"] / res["pytorch"]["tokens_per_s"]

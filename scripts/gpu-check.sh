@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes and prefill-buckets are run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes, prefill-buckets, real-model and baseline are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -211,6 +211,29 @@ for stage in $STAGES; do
       python3 bench/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
     model)
       python3 tests/gpu/model_parity.py --musacoder "$BIN" --out "$OUT/model_parity.json" 2>&1 | tee "$OUT/model.log" || rc=1 ;;
+    real-model)
+      # A real checkpoint against transformers (tests/gpu/real_model_parity.py: tokenizer on
+      # KernelBench's files and the model's answers, chat template, weights, logits, greedy).
+      # MODEL_NAME (default qwen2.5-coder-1.5b-instruct) is converted first into MODELS (default
+      # /tmp/models) by scripts/get-model.sh from MODEL_GGUF, or from the parts in MODEL_PARTS
+      # (split -b of the GGUF, carried over several calls: the machine has no network).
+      MODEL_NAME=${MODEL_NAME:-qwen2.5-coder-1.5b-instruct}
+      export MODELS=${MODELS:-/tmp/models}
+      gg=${MODEL_GGUF:-$MODELS/$MODEL_NAME.gguf}
+      if [ ! -f "$gg" ] && [ -n "${MODEL_PARTS:-}" ]; then cat "$MODEL_PARTS"/* > "$gg"; fi
+      GGUF=$gg MUSACODER_MODEL_BINARY="$(dirname "$BIN")/musacoder-model" bash scripts/get-model.sh "$MODEL_NAME" \
+        2>&1 | tee "$OUT/get-model.log" || { rc=1; continue; }
+      python3 tests/gpu/real_model_parity.py --musacoder "$BIN" --model "$MODELS/$MODEL_NAME" --gguf "$gg" \
+        --kernelbench .kb/bench/KernelBench --out "$OUT/real-model" 2>&1 | grep -v "it/s]" | tee "$OUT/real-model.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    baseline)
+      # bench-model of a real checkpoint (real-model converts it) on KernelBench at published
+      # sizes with KernelBench's own prompt: BASELINE_ARGS (e.g. --levels 1 --samples 8 --turns 3).
+      MODEL_NAME=${MODEL_NAME:-qwen2.5-coder-1.5b-instruct}
+      # shellcheck disable=SC2086
+      "$BIN" bench-model --model "${MODELS:-/tmp/models}/$MODEL_NAME" --problems .kb/bench/KernelBench \
+        --out "$OUT/baseline" --no-progress ${BASELINE_ARGS:---levels 1} > "$OUT/baseline.log" 2>&1 || rc=1
+      grep -v "^judge:" "$OUT/baseline.log" | tail -40 ;;
     genbench)
       # shellcheck disable=SC2086
       python3 bench/generate_bench.py --musacoder "$BIN" --out "$OUT/generate_bench.json" ${GENBENCH_ARGS:-} 2>&1 \

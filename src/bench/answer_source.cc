@@ -50,10 +50,10 @@ class EngineSource : public AnswerSource {
     const fs::path work(o_.work_dir);
     std::string prompts;
     for (const auto* c : group) {
+      std::vector<tok::ChatTurn> turns;
+      for (const auto& m : c->messages) turns.push_back({m.role, m.content});
       json msgs = json::array();
-      if (!chat_.default_system.empty() && (c->messages.empty() || c->messages[0].role != "system"))
-        msgs.push_back({{"role", "system"}, {"content", chat_.default_system}});
-      for (const auto& m : c->messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+      for (const auto& t : tok::with_default_system(chat_, turns)) msgs.push_back({{"role", t.role}, {"content", t.content}});
       prompts += json{{"id", c->id}, {"messages", msgs}}.dump() + "\n";
     }
     write_file_atomic(work / "engine_prompts.jsonl", prompts);

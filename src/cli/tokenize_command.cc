@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include "common/check.h"
+#include "common/fs.h"
 #include "common/progress.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
 #include "train/dataset.h"
 
 namespace mc::cli {
@@ -22,12 +24,15 @@ TokenizeCommand::TokenizeCommand(CLI::App& app) : impl_(std::make_unique<Impl>()
   Impl& m = *impl_;
   m.cmd = app.add_subcommand("tokenize", "byte-level BPE from a tokenizer.json: texts (JSONL) to ids (JSONL)");
   m.cmd->add_option("--tokenizer", m.tokenizer, "tokenizer.json")->required();
-  m.cmd->add_option("--input", m.input, "JSONL, one {\"text\": ...} per line ({\"ids\": [...]} with --decode)")->required();
+  m.cmd->add_option("--input", m.input,
+                    "JSONL, one {\"text\": ...} or {\"messages\": [...]} per line ({\"ids\": [...]} with --decode); messages "
+                    "are rendered as the tokenizer's model folder prompts (its chat format, the generation prompt added)")
+      ->required();
   m.cmd->add_option("--output", m.output, "JSONL, one {\"ids\": [...]} per line ({\"text\": ...} with --decode)")->required();
   m.cmd->add_flag("--decode", m.decode, "ids to text instead");
   m.cmd->add_flag("--training", m.training,
                   "training rows ({messages}, {prompt, completion} or {text}) to {\"ids\", \"loss_mask\"}, rendered as "
-                  "`musacoder train` renders them");
+                  "`musacoder train` renders them for the tokenizer's model folder");
   m.cmd->add_flag("--no-progress", m.no_progress, "no progress bar");
 }
 
@@ -37,6 +42,8 @@ std::optional<int> TokenizeCommand::run() {
   Impl& m = *impl_;
   if (!*m.cmd) return std::nullopt;
   auto tok = tok::BpeTokenizer::from_file(m.tokenizer);
+  // The chat format of the folder the tokenizer is in (tokenizer_config.json beside it).
+  const auto format = tok::read_chat_format(fs::path(m.tokenizer).parent_path().string());
   std::ifstream in(m.input);
   MC_CHECK(in, "cannot read ", m.input);
   std::vector<std::string> lines;
@@ -54,7 +61,7 @@ std::optional<int> TokenizeCommand::run() {
     if (m.training) {
       train::Example ex;
       try {
-        ex = train::render_row(lines[i], tok);
+        ex = train::render_row(lines[i], tok, format);
       } catch (const Error& e) {
         throw Error(fmt::format("{}:{}: {}", m.input, i + 1, e.what()));
       }
@@ -63,8 +70,18 @@ std::optional<int> TokenizeCommand::run() {
     } else if (m.decode) {
       MC_CHECK(j.contains("ids") && j["ids"].is_array(), m.input, ":", i + 1, ": no \"ids\" array");
       out += nlohmann::json{{"text", tok.decode(j["ids"].get<std::vector<int32_t>>())}}.dump() + "\n";
+    } else if (j.contains("messages")) {
+      std::vector<tok::ChatTurn> turns;
+      for (const auto& t : j["messages"]) {
+        MC_CHECK(t.is_object() && t.contains("role") && t.contains("content"), m.input, ":", i + 1,
+                 ": each message needs role and content");
+        turns.push_back({t["role"], t["content"]});
+      }
+      auto ids = tok.encode(tok::render_chat(format, turns, /*add_generation_prompt=*/true));
+      tokens += ids.size();
+      out += nlohmann::json{{"ids", ids}}.dump() + "\n";
     } else {
-      MC_CHECK(j.contains("text") && j["text"].is_string(), m.input, ":", i + 1, ": no \"text\" string");
+      MC_CHECK(j.contains("text") && j["text"].is_string(), m.input, ":", i + 1, ": no \"text\" or \"messages\"");
       auto ids = tok.encode(j["text"].get<std::string>());
       tokens += ids.size();
       out += nlohmann::json{{"ids", ids}}.dump() + "\n";

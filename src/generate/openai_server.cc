@@ -149,7 +149,7 @@ struct OpenAIServer::Impl {
     }
     std::string text;
     try {
-      text = tok::render_chatml(turns, /*add_generation_prompt=*/true);
+      text = tok::render_chat(opts.chat, turns, /*add_generation_prompt=*/true);
     } catch (const Error& e) {
       throw BadRequest(e.what());
     }

@@ -8,6 +8,7 @@
 
 #include "generate/engine.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
 
 namespace mc::gen {
 
@@ -15,6 +16,7 @@ struct ModelServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;           // 0: any free port (see port())
   std::string model_name = "musacoder";
+  tok::ChatFormat chat;      // how /v1/chat/completions renders messages (the model's default system turn)
 };
 
 class OpenAIServer {

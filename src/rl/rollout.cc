@@ -127,14 +127,14 @@ const std::string* PlantedAnswers::find(const std::string& problem, int64_t step
 }
 
 RolloutRunner::RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
-                             serve::Verifier& verifier, const PlantedAnswers* planted)
-    : engine_(engine), model_(model), tok_(tok), verifier_(verifier), planted_(planted) {
+                             serve::Verifier& verifier, const PlantedAnswers* planted, tok::ChatFormat chat)
+    : engine_(engine), model_(model), tok_(tok), verifier_(verifier), planted_(planted), chat_(std::move(chat)) {
   im_end_ = tok_.token_to_id("<|im_end|>");
   MC_CHECK(im_end_ >= 0, "the tokenizer has no <|im_end|> token: RL rollouts are ChatML conversations");
 }
 
 std::vector<int32_t> RolloutRunner::encode_conversation(const std::vector<tok::ChatTurn>& messages) const {
-  return tok_.encode(tok::render_chatml(messages, /*add_generation_prompt=*/true));
+  return tok_.encode(tok::render_chat(chat_, messages, /*add_generation_prompt=*/true));
 }
 
 std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,

@@ -173,9 +173,10 @@ struct RolloutBatch {
 
 class RolloutRunner {
  public:
-  // All references must outlive the runner. `planted` may be null.
+  // All references must outlive the runner. `planted` may be null. Conversations are rendered
+  // in `chat`'s format (the model's default system turn first).
   RolloutRunner(gen::GenerationEngine& engine, const model::QwenModel& model, const tok::BpeTokenizer& tok,
-                serve::Verifier& verifier, const PlantedAnswers* planted);
+                serve::Verifier& verifier, const PlantedAnswers* planted, tok::ChatFormat chat = {});
   // Trajectories prompt by prompt, G each, in order: start, then finish.
   std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                               const RolloutOptions& o, RolloutStats* stats);
@@ -216,7 +217,7 @@ class RolloutRunner {
   // may not be: mc::Error); collect_turn waits for every answer of `answering`.
   bool generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats);
   void collect_turn(RolloutBatch& b, RolloutStats* stats);
-  // ChatML with the generation prompt, tokenized.
+  // The conversation in the model's chat format with the generation prompt, tokenized.
   std::vector<int32_t> encode_conversation(const std::vector<tok::ChatTurn>& messages) const;
 
  private:
@@ -244,6 +245,7 @@ class RolloutRunner {
   const tok::BpeTokenizer& tok_;
   serve::Verifier& verifier_;
   const PlantedAnswers* planted_;
+  tok::ChatFormat chat_;
   int32_t im_end_ = -1;
 };
 

@@ -333,11 +333,12 @@ RlResult run_rl(const RlOptions& o) {
 
   // The tasks, and the verifier, before anything heavy: their errors are the likely ones.
   auto tok = tok::BpeTokenizer::from_file((fs::path(o.model_dir) / "tokenizer.json").string());
+  const auto chat = tok::read_chat_format(o.model_dir);
   auto all_tasks = synth::load_tasks(o.problems, o.format, o.level, o.backend);
   std::vector<synth::Task> tasks;
   size_t too_long = 0;
   for (auto& t : all_tasks) {
-    auto n = tok.encode(tok::render_chatml({{"user", t.prompt}}, true)).size();
+    auto n = tok.encode(tok::render_chat(chat, {{"user", t.prompt}}, true)).size();
     if (static_cast<int64_t>(n) + o.max_new_tokens > o.max_seq_len) ++too_long;
     else tasks.push_back(std::move(t));
   }
@@ -367,7 +368,7 @@ RlResult run_rl(const RlOptions& o) {
   MC_CHECK(o.max_seq_len <= model.config().max_position_embeddings, "--max-seq-len ", o.max_seq_len,
            " exceeds the model's max_position_embeddings ", model.config().max_position_embeddings);
   std::vector<train::Example> anchor;
-  if (!o.anchor_data.empty()) anchor = train::load_examples(o.anchor_data, tok, o.max_seq_len);
+  if (!o.anchor_data.empty()) anchor = train::load_examples(o.anchor_data, tok, o.max_seq_len, nullptr, chat);
   std::optional<model::QwenModel> ref;
   if (o.loss.kl_coef > 0) ref.emplace(model::QwenModel::load(o.model_dir, device, model.dtype()));
   train::ShardedAdamW opt(model, dist, o.adamw);
@@ -389,7 +390,7 @@ RlResult run_rl(const RlOptions& o) {
     eo.admit_wait_steps = o.admit_wait_steps;
   }
   gen::GenerationEngine engine(model, &tok, eo);
-  RolloutRunner runner(engine, model, tok, *verifier, o.planted.empty() ? nullptr : &planted);
+  RolloutRunner runner(engine, model, tok, *verifier, o.planted.empty() ? nullptr : &planted, chat);
 
   RetryBufferOptions ro = o.retry;
   ro.seed = o.seed ^ 0xB0F5ull;

@@ -21,6 +21,16 @@ std::string render_chatml(const std::vector<ChatTurn>& turns, bool add_generatio
   return out;
 }
 
+std::vector<ChatTurn> with_default_system(const ChatFormat& f, std::vector<ChatTurn> turns) {
+  if (!f.default_system.empty() && (turns.empty() || turns[0].role != "system"))
+    turns.insert(turns.begin(), ChatTurn{"system", f.default_system});
+  return turns;
+}
+
+std::string render_chat(const ChatFormat& f, const std::vector<ChatTurn>& turns, bool add_generation_prompt) {
+  return render_chatml(with_default_system(f, turns), add_generation_prompt);
+}
+
 ChatFormat read_chat_format(const std::string& model_dir) {
   ChatFormat f;
   const auto path = std::filesystem::path(model_dir) / "tokenizer_config.json";

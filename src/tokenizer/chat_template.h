@@ -27,4 +27,11 @@ struct ChatFormat {
 };
 ChatFormat read_chat_format(const std::string& model_dir);
 
+// The conversation as the model's template renders it: its default system turn first when the
+// conversation has none. Every command that prompts a model (generate, serve-model, bench-model,
+// RL rollouts) and SFT's rendering of training rows go through this, so that a model is trained
+// on the prompts it is evaluated with.
+std::vector<ChatTurn> with_default_system(const ChatFormat& f, std::vector<ChatTurn> turns);
+std::string render_chat(const ChatFormat& f, const std::vector<ChatTurn>& turns, bool add_generation_prompt);
+
 }  // namespace mc::tok

@@ -33,7 +33,7 @@ std::string string_field(const json& obj, const char* key, const std::string& wh
 // the generation prompt is at inference, and the content on its own, as the model produced it.
 // An assistant turn with "weight": 0 (axolotl's per-message convention) is context too: a
 // repair conversation shows a failed answer, and only the repaired one is learned.
-Example render_chat(const json& messages, const tok::BpeTokenizer& tok) {
+Example render_chat(const json& messages, const tok::BpeTokenizer& tok, const tok::ChatFormat& chat) {
   MC_CHECK(messages.is_array() && !messages.empty(), "\"messages\" must be a non-empty array");
   std::vector<tok::ChatTurn> turns;
   std::vector<uint8_t> weights;
@@ -51,6 +51,10 @@ Example render_chat(const json& messages, const tok::BpeTokenizer& tok) {
     weights.push_back(w);
   }
   tok::render_chatml(turns, false);  // validates the roles
+  if (auto with = tok::with_default_system(chat, turns); with.size() > turns.size()) {
+    turns = std::move(with);
+    weights.insert(weights.begin(), 1);
+  }
   Example ex;
   std::string context;
   bool any_assistant = false;
@@ -79,7 +83,7 @@ int64_t Example::loss_tokens() const {
   return n;
 }
 
-Example render_row(const std::string& line, const tok::BpeTokenizer& tok) {
+Example render_row(const std::string& line, const tok::BpeTokenizer& tok, const tok::ChatFormat& chat) {
   json row;
   try {
     row = json::parse(line);
@@ -87,11 +91,11 @@ Example render_row(const std::string& line, const tok::BpeTokenizer& tok) {
     throw Error(str_cat("not valid JSON (", e.what(), ")"));
   }
   MC_CHECK(row.is_object(), "a row must be a JSON object, got ", row.type_name());
-  if (row.contains("messages")) return render_chat(row["messages"], tok);
+  if (row.contains("messages")) return render_chat(row["messages"], tok, chat);
   if (row.contains("prompt") || row.contains("completion")) {
     json messages = json::array({{{"role", "user"}, {"content", string_field(row, "prompt", "")}},
                                  {{"role", "assistant"}, {"content", string_field(row, "completion", "")}}});
-    return render_chat(messages, tok);
+    return render_chat(messages, tok, chat);
   }
   if (row.contains("text")) {
     Example ex;
@@ -108,7 +112,7 @@ Example render_row(const std::string& line, const tok::BpeTokenizer& tok) {
 }
 
 std::vector<Example> load_examples(const std::vector<std::string>& paths, const tok::BpeTokenizer& tok, int64_t max_len,
-                                   DatasetStats* stats) {
+                                   DatasetStats* stats, const tok::ChatFormat& chat) {
   MC_CHECK(!paths.empty(), "no data file given");
   MC_CHECK(max_len >= 2, "--max-len must be at least 2, got ", max_len);
   DatasetStats st;
@@ -121,7 +125,7 @@ std::vector<Example> load_examples(const std::vector<std::string>& paths, const 
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       Example ex;
       try {
-        ex = render_row(line, tok);
+        ex = render_row(line, tok, chat);
       } catch (const Error& e) {
         throw Error(str_cat(path, ":", no, ": ", e.what()));
       }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/chat_template.h"
 
 namespace mc::train {
 
@@ -34,11 +35,13 @@ struct DatasetStats {
 // (counted), so no part of a long document is lost. Rows left with no loss token are skipped
 // (counted). Throws
 // mc::Error naming the file and line of a malformed row, and for an empty result.
+// Chat rows are rendered in `chat`'s format (tok::render_chat: the model's default system turn
+// first when a conversation has none).
 std::vector<Example> load_examples(const std::vector<std::string>& paths, const tok::BpeTokenizer& tok, int64_t max_len,
-                                   DatasetStats* stats = nullptr);
+                                   DatasetStats* stats = nullptr, const tok::ChatFormat& chat = {});
 
 // One row, already parsed (exposed for tests and RFT): throws mc::Error saying what is wrong.
-Example render_row(const std::string& json_line, const tok::BpeTokenizer& tok);
+Example render_row(const std::string& json_line, const tok::BpeTokenizer& tok, const tok::ChatFormat& chat = {});
 
 // Checks that the tokenizer has the special tokens ChatML needs and that the model's vocabulary
 // covers every id it can produce; throws naming the mismatch.

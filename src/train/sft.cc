@@ -111,9 +111,10 @@ SftResult run_sft(const SftOptions& o) {
   auto model = model::QwenModel::load(ckpt ? ckpt->dir : o.model_dir, device, model::parse_dtype(o.dtype));
   check_tokenizer_fits(tok, model.config().vocab_size, o.model_dir);
   DatasetStats stats;
-  auto data = load_examples(o.data, tok, o.max_len, &stats);
+  const auto chat = tok::read_chat_format(o.model_dir);  // the model's default system turn, if any
+  auto data = load_examples(o.data, tok, o.max_len, &stats, chat);
   std::vector<Example> eval_data;
-  if (!o.eval_data.empty()) eval_data = load_examples(o.eval_data, tok, o.max_len);
+  if (!o.eval_data.empty()) eval_data = load_examples(o.eval_data, tok, o.max_len, nullptr, chat);
   if (main)
     fmt::print(stderr, "sft: {} examples ({} tokens, {} targets; {} truncated to {}, {} documents split into pieces of "
                "that length, {} without targets skipped), {} rank(s) on {}{}\n",

@@ -24,6 +24,7 @@ import pytest
 
 import tiny_models
 
+from kernelbench_ref import load_kernelbench_module  # noqa: E402
 import mc_cli  # noqa: E402
 from mc_cli import BINARY, HAS_MODEL, ROOT, read_jsonl  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases")
@@ -231,27 +232,6 @@ def kernelbench_src():
         pytest.skip("no KernelBench checkout: set KERNELBENCH_SRC to one (git clone "
                     "https://github.com/ScalingIntelligence/KernelBench) to compare with its own code")
     return src
-
-
-def load_kernelbench_module(src, name):
-    """KernelBench's module `name`, loaded from the checkout without its package __init__ (which
-    imports API clients this test does not need); utils gets the three file helpers it uses."""
-    import tomllib
-    pkg = os.path.join(src, "src", "kernelbench")
-    sys.modules.setdefault("tomli", tomllib)
-    kb = types.ModuleType("kernelbench")
-    kb.__path__ = [pkg]
-    utils = types.ModuleType("kernelbench.utils")
-    utils.read_file = lambda p: open(p).read()
-    utils.get_package_resource_path = lambda rel: os.path.join(pkg, rel)
-    utils.resolve_path = lambda rel: rel if os.path.isabs(rel) else (
-        os.path.join(pkg, rel[len("src/kernelbench/"):]) if rel.startswith("src/kernelbench/") else os.path.join(src, rel))
-    utils.REPO_TOP_PATH = src
-    sys.modules["kernelbench"], sys.modules["kernelbench.utils"] = kb, utils
-    spec = importlib.util.spec_from_file_location(f"kernelbench.{name}", os.path.join(pkg, f"{name}.py"))
-    m = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(m)
-    return m
 
 
 def test_kernelbench_prompt_and_fastp_equal_kernelbench(problems, cache, tmp_path):

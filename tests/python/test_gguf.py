@@ -191,6 +191,23 @@ def test_tokenizer_rebuilt_from_gguf_encodes_as_the_original(tmp_path):
         "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nWrite relu.<|im_end|>\n"
         "<|im_start|>assistant\n")
     assert hf.eos_token_id == tok.token_to_id("<|im_end|>")
+    # Every command renders a conversation as the template does, its default system turn
+    # included: prompts (tokenize, as generate and serve-model render them) and training rows
+    # (tokenize --training, as train sft renders them).
+    convs = [msgs, [{"role": "system", "content": "Be terse."}] + msgs]
+    write_jsonl(tmp_path / "c.jsonl", [{"messages": m} for m in convs])
+    mc_cli.run("tokenize", "--tokenizer", tmp_path / "hf" / "tokenizer.json", "--input", tmp_path / "c.jsonl",
+               "--output", tmp_path / "c_ids.jsonl", "--no-progress")
+    assert [r["ids"] for r in read_jsonl(tmp_path / "c_ids.jsonl")] == [
+        list(hf.apply_chat_template(m, add_generation_prompt=True, tokenize=True, return_dict=False)) for m in convs]
+    rows = [{"messages": m + [{"role": "assistant", "content": "def relu(x): return x.clamp(min=0)"}]} for m in convs]
+    write_jsonl(tmp_path / "r.jsonl", rows)
+    mc_cli.run("tokenize", "--training", "--tokenizer", tmp_path / "hf" / "tokenizer.json", "--input",
+               tmp_path / "r.jsonl", "--output", tmp_path / "r_ids.jsonl", "--no-progress")
+    for r, got in zip(rows, read_jsonl(tmp_path / "r_ids.jsonl")):
+        assert got["ids"] == list(hf.apply_chat_template(r["messages"], tokenize=True, return_dict=False))
+        answer = [i for i, m in zip(got["ids"], got["loss_mask"]) if m]
+        assert hf.decode(answer) == "def relu(x): return x.clamp(min=0)<|im_end|>"
     gen = json.load(open(tmp_path / "hf" / "generation_config.json"))
     assert gen["eos_token_id"] == tok.token_to_id("<|im_end|>")
 

@@ -72,7 +72,7 @@ def test_bad_inputs_are_named(tmp_path):
     (tmp_path / "in.jsonl").write_text('{"text": "ok"}\n{"txt": "no"}\n')
     r = run("tokenize", "--tokenizer", str(tmp_path / "tokenizer.json"), "--input", str(tmp_path / "in.jsonl"),
             "--output", str(tmp_path / "o.jsonl"), check=False)
-    assert r.returncode == 2 and "in.jsonl:2: no \"text\" string" in r.stderr, r.stderr
+    assert r.returncode == 2 and "in.jsonl:2: no \"text\" or \"messages\"" in r.stderr, r.stderr
     r = run("tokenize", "--tokenizer", str(tmp_path / "missing.json"), "--input", str(tmp_path / "in.jsonl"),
             "--output", str(tmp_path / "o.jsonl"), check=False)
     assert r.returncode == 2 and "tokenizer file not found" in r.stderr, r.stderr
