@@ -128,6 +128,7 @@ def main():
     if a.prompt_len_spread and not a.skip_transformers:
         ap.error("--prompt-len-spread needs --skip-transformers (transformers takes one prompt length)")
     gpu = a.device != "cpu"
+    a.model_given = bool(a.model_dir)
     a.model_dir = a.model_dir or f"/tmp/{a.shape}-random"
     make_model(a.model_dir, a.shape)
     pfile = os.path.join(os.path.dirname(os.path.abspath(a.out)), "bench_prompts.jsonl")
@@ -151,7 +152,7 @@ def main():
 
     ours_main = ours("")
     res = {"date": time.strftime("%Y-%m-%d"), "device": torch.cuda.get_device_name(0) if gpu else "cpu", "torch": torch.__version__,
-           "shape": f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
+           "shape": a.model_dir if a.model_given else f"{a.shape} (random init, bf16)", "prompts": a.prompts, "n": a.n, "new_tokens": a.new_tokens,
            "prompt_len": a.prompt_len, "prompt_len_spread": a.prompt_len_spread, "arrive_every": a.arrive_every,
            "musacoder": ours_main}
     if a.also_no_graphs:
