@@ -8,7 +8,7 @@ against that lease's turn-by-turn runs, the lease's runs pooled, and then every 
 (steps, answer tokens and times summed, as rl_pipeline.py's own "pooled"). The span is the filled
 one (steps 3 to N-1) unless --span steady (steps 2 to N-1).
 
-  python3 bench/rl_pipeline_pool.py docs/results/device-runs/*/bench/SUMMARY.json
+  python3 bench/rl_pipeline_pool.py RUN1/bench/SUMMARY.json RUN2/bench/SUMMARY.json ...
   (--json FILE writes the same numbers)"""
 import argparse
 import json

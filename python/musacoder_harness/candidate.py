@@ -192,7 +192,7 @@ class Candidate:
             hard-coded larger than the inputs', a grid without a bounds check) fails with a
             runtime error that says so. Unguarded, such a write lands in whatever memory comes
             next: harmless in one run, it corrupted an earlier timed run's held output on the
-            H100 and read as a stale-result hack (session 29)."""
+            H100 and read as a stale-result hack."""
             keep = []
             args = list(inputs) + self.native_params
             arr_in = (MCTensor * max(1, len(args)))(*[to_mc(a, keep) for a in args])

@@ -211,7 +211,7 @@ def warm_imports():
     forked subprocess", bench/zygote_fork_probe.py on the H100); the child imports it after
     creating its own context. What it imports in turn is imported here: setuptools (with
     pkg_resources) was nearly all of that import, and it was 0.5-1.4 s of each forked child's
-    start on the H100 (session 30's small set, "imports"), on the judge's critical path when
+    start on the H100 (the small set's "imports"), on the judge's critical path when
     candidates are judged faster than spares start."""
     import setuptools  # noqa: F401
     import setuptools.command.build_ext  # noqa: F401

@@ -407,7 +407,7 @@ class Run {
 
   // An answer whose text is one already submitted for the same problem (any sample, any turn)
   // is not judged again: it gets that answer's verdict, now or when it comes. A nearly
-  // deterministic model writes the same answer over and over (87.5% twins in session 26's RL
+  // deterministic model writes the same answer over and over (87.5% twins in the small recipe's RL
   // steps), and each judgement costs a compile, the correctness trials and timing alone on the
   // GPU. The same code gets one verdict, its speedup included; `--judge-twins` judges each.
   // An infra error is not shared as a verdict: its twins get the infra error too (no score), and

@@ -85,8 +85,8 @@ std::set<std::string> problem_sources(const std::string& problems) {
 
 // Whether a `musacoder synth` report was decontaminated against every one of `evaluated` by
 // content: a folder it names lists each of them among its problems' hashes. So a copy of the
-// benchmark at another path (a checkout carried to /tmp) is still known (session 47's KernelBench
-// evaluations named it "other").
+// benchmark at another path (a checkout carried to /tmp) is still known (evaluations of a carried
+// KernelBench once named it "other").
 bool holds_by_content(const json& r, const std::set<std::string>& evaluated) {
   if (evaluated.empty() || !r.is_object() || !r.contains("decontamination")) return false;
   const json& d = r["decontamination"];

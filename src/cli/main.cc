@@ -29,6 +29,7 @@
 #include "cli/corpus_command.h"
 #include "cli/port_bench_command.h"
 #include "cli/recipe_command.h"
+#include "cli/run_record.h"
 #include "cli/port_command.h"
 #include "cli/selftest_command.h"
 #include "cli/serve_commands.h"
@@ -194,6 +195,7 @@ int model_main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "sandbox-exec") return sandbox_main(argc, argv);
+  mc::cli::set_command_line(argc, argv);
   for (const char* c : kModelCommands)
     if (argc > 1 && std::string(argv[1]) == c) return model_main(argc, argv);
   CLI::App app{"MusaCoder: verify, score and train models that write GPU kernels"};

@@ -133,8 +133,8 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                   "let SDPA (prefill) use cuDNN attention, libtorch's choice on the H100: it plans each new prompt "
                   "length anew (default off: flash attention)");
   m.gen->add_flag("--exact-prefill", m.exact_prefill,
-                  "prefill exactly the prompts' tokens, without padding each call to one of a few sizes (the engine "
-                  "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
+                  "prefill exactly the prompts' tokens, without padding each call to one of a few sizes ("
+                  "CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
   m.gen->add_flag("--overlap-decode", m.overlap_decode,
                   "launch each decode step before the last one's tokens are read (gathered on the device), so the "
                   "host's work between steps runs beside the GPU's (same tokens; bf16 rounding may differ)");

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "cli/model_commands.h"
+#include "cli/run_record.h"
 #include "cli/train_commands.h"
 
 int main(int argc, char** argv) {
@@ -12,6 +13,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   mc::cli::ModelCommands cmds(app);
   mc::cli::TrainCommands train(app);
+  mc::cli::set_command_line(argc, argv);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,7 @@
 
 #include "common/check.h"
 #include "recipe/runner.h"
+#include "cli/run_record.h"
 
 namespace mc::cli {
 
@@ -74,6 +75,7 @@ std::optional<int> RecipeCommand::run() {
   m.o.gpus = m.gpus.empty() ? recipe::visible_gpus() : m.gpus;
   m.o.gpu_mib = m.gpu_mib >= 0 ? m.gpu_mib : recipe::gpu_memory_mib(m.o.gpus);
   m.o.progress = !m.no_progress;
+  write_run_record(m.o.run_dir, "recipe", *m.cmd);
   auto state = recipe::run_recipe(r, m.o);
   size_t w = 5;
   for (const auto& s : r.stages) w = std::max(w, s.name.size());

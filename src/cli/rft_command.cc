@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/run_options.h"
+#include "cli/run_record.h"
 #include "common/check.h"
 #include "rft/rft.h"
 
@@ -72,6 +73,7 @@ std::optional<int> RftCommand::run() {
   m.o.backend = m.run.backend;
   m.o.progress = !m.run.no_progress;
   m.o.model_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder-model").string();
+  write_run_record(m.o.out_dir, "rft", *m.cmd);
   auto r = rft::run_rft(m.o);
   fmt::print("{}", r.report.table);
   fmt::print("wrote {0}/dataset.jsonl ({1} rows), {0}/dropped.jsonl, {0}/report.json{2}\n", m.o.out_dir, r.dataset_rows,

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/run_options.h"
+#include "cli/run_record.h"
 #include "common/check.h"
 #include "eval/toolchain.h"
 #include "model/device.h"
@@ -169,8 +170,8 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "launch each decode step before the last one's tokens are read, so the host's work between steps (the "
               "rollouts' too) runs beside the GPU's (same tokens; bf16 rounding may differ)");
   l->add_flag("--exact-prefill", r.exact_prefill,
-              "prefill exactly the prompts' tokens, without padding each call to one of a few sizes (the engine "
-              "before session 48; CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
+              "prefill exactly the prompts' tokens, without padding each call to one of a few sizes ("
+              "CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
   l->add_flag("--defer-timing", m.defer_timing,
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (loaded again and timed once we stop, its trials not repeated): failing answers behind it get "
@@ -234,6 +235,7 @@ std::optional<int> TrainCommands::run() {
     m.o.progress = !m.no_progress;
     m.o.packing = !m.no_packing;
     m.o.adamw.bucket_elements = static_cast<int64_t>(m.bucket_mb * 1048576 / 4);
+    write_run_record(m.o.out_dir, "train sft", *m.sft);
     auto r = train::run_sft(m.o);
     if (r.main_rank) fmt::print(stderr, "sft: {} steps, last loss {:.4f}, checkpoint {}\n", r.steps, r.last_loss, r.last_checkpoint);
     return 0;
@@ -280,6 +282,7 @@ std::optional<int> TrainCommands::run() {
       e.gpus = parse_gpus(m.verify_gpus);
       r.hold_judges = std::find(e.gpus.begin(), e.gpus.end(), own) != e.gpus.end();
     }
+    write_run_record(r.out_dir, "train rl", *m.rl);
     auto res = rl::run_rl(r);
     if (res.main_rank) fmt::print(stderr, "rl: {} steps, checkpoint {}\n", res.steps, res.last_checkpoint);
     return 0;

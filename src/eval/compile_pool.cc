@@ -149,7 +149,7 @@ bool failed_on_the_source(const StepResult& r, const std::string& src) {
 
 // One `nvcc -c` with its host and device phases in parallel (nvcc_phases.h). A front that fails
 // on the source gives nvcc's own errors (failed_on_the_source), without compiling again: about
-// half of an RL step's answers are compile errors (session 40). Plain nvcc when the plan is not
+// half of an RL step's answers are compile errors. Plain nvcc when the plan is not
 // the expected one, when a phase fails otherwise or the final phase fails (so errors read as
 // nvcc's own), or when MUSACODER_NVCC_PHASES=0.
 StepResult run_nvcc(const std::vector<std::string>& argv, const std::string& dir,
@@ -395,7 +395,7 @@ CompilePool::Built CompilePool::build_native(const std::string& source) {
     auto t0 = Clock::now();
     write_file_atomic(fs::path(dir) / "solution.cu", source);
     // `nvcc -shared` in two steps: the object with its host and device phases in parallel
-    // (run_nvcc; an RL answer waits on this, session 40), then the link.
+    // (run_nvcc; an RL answer waits on this), then the link.
     const std::string gencode = "-gencode=arch=compute_" + tc_.cuda_arch + ",code=sm_" + tc_.cuda_arch;
     std::vector<std::string> cmd = {tc_.nvcc, "-O3", "-std=c++17", "-c", "-Xcompiler", "-fPIC", gencode,
                                     "-I" + tc_.include_dir, "solution.cu", "-o", "solution.o"};

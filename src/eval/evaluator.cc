@@ -155,11 +155,11 @@ struct Evaluator::Impl {
   //   candidate process, so it costs the first one little: two imports of torch), so that one
   //   is ready to step in when the first candidate hangs. Started only once the first was
   //   ready, the standby took 5 s more to be ready, and a hang cost the others +6.0 s against
-  //   +3.6 s started with the first (H100, session 31).
+  //   +3.6 s started with the first (H100).
   // - Lane k after those starts once lane k-1 has taken a candidate: it may judge only while
   //   every lane before it holds one (may_work). Started as soon as the first was ready, two
   //   lanes that never judged slowed the first one's judging of the small set's tiny kernels
-  //   (cold 13.7 s against 12.4 s with one judge, H100, session 31).
+  //   (cold 13.7 s against 12.4 s with one judge, H100).
   //   The first lane counts once its judge is ready (or after kFirstLaneWait, if it never is).
   static constexpr std::chrono::seconds kFirstLaneWait{300};
   std::set<std::pair<int, int>> engaged;  // (gpu, lane): the first lane ready, a later one has taken a candidate; under mu
@@ -420,7 +420,7 @@ std::vector<nlohmann::json> Evaluator::probe(const std::vector<ProblemPtr>& prob
   // Timed, a probe has its GPU to itself: one per GPU. Untimed (the CPU, or compile-only
   // synth), probes are independent reference runs: several per device, the host's share of
   // compile workers (default_compile_workers, at most 16), each judge in a scratch folder of
-  // its own. Session 35's synth spent 413 s probing 1,158 problems one at a time on 64 cores.
+  // its own (probing 1,158 problems one at a time once took a synth run 413 s on 64 cores).
   const int per_device = m.cfg.timing ? 1 : std::clamp(default_compile_workers(), 1, 16);
   auto worker = [&](int gpu, int k) {
     ExecutorOptions eo = m.executor_options(gpu);

@@ -53,7 +53,7 @@ int default_lanes(const std::string& device, int requested);
 // alone or what the recipe runner gives a stage beside others) split among its `judges`; on the
 // CPU 0, torch's default, since there the judge's own work is the computing. Without a cap every
 // judge, spare and candidate process sizes its pool to every core: five RL arms on one 64-core
-// host ran some 100 such processes. (Capped, those arms were no faster in session 37: their
+// host ran some 100 such processes. (Capped, those arms were no faster: their
 // host's CPUs were idle, its limit elsewhere; docs/results/2026-11-25-recipe-small.md.)
 int default_judge_threads(const std::string& device, int compile_workers, int judges);
 

@@ -92,15 +92,15 @@ struct EngineOptions {
   int admit_wait_steps = 0;
   // cuDNN's fused attention for SDPA. libtorch 2.11 prefers it on the H100, and cuDNN builds an
   // execution plan for every new shape: each prefill of a new prompt length cost ~8 ms a layer
-  // on the host (RL step profile, session 22: 400 calls, 8.2 ms each), 64-107 ms a prefill call
-  // for the recipe's 8-layer model (session 38), whose pipelined turns prefill answers one or
+  // on the host (an RL step's profile: 400 calls, 8.2 ms each), 64-107 ms a prefill call
+  // for the recipe's 8-layer model, whose pipelined turns prefill answers one or
   // a few at a time, each of its own length. Off (the default): SDPA takes flash attention (GQA
   // native), which has no per-shape plan. The switch is libtorch's and process-wide
   // (at::globalContext().setSDPUseCuDNN); training's attention calls flash directly.
   bool cudnn_attention = false;
   // On CUDA, each prefill call's packed tokens are padded to model::prefill_bucket's count, so
   // that its GEMMs meet shapes cuBLAS has seen (a new one costs the host 0.4-1.3 ms a GEMM on
-  // an H200). Off: exactly the prompts' tokens (the engine before session 48). Not on the CPU.
+  // an H200). Off: exactly the prompts' tokens. Not on the CPU.
   bool prefill_buckets = true;
   // Each decode step is launched before the previous step's tokens are read back: its input
   // tokens are the previous step's sampled ones, gathered on the device, so the host's work on a

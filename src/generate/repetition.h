@@ -1,6 +1,6 @@
 // Degenerate loops: a sampled answer that has fallen into repeating one block of tokens
 // forever. Small models do this often (the recipe's RL step on the H100: 15-36% of first
-// answers ran to --max-new-tokens, session 22), and every turn of an RL step lasts as long as
+// answers ran to --max-new-tokens), and every turn of an RL step lasts as long as
 // its longest answer, so one loop costs the whole batch thousands of decode steps. Stopping a
 // sequence once it is caught in a loop keeps its text up to there (finish_reason "loop"):
 // code that never closed stays unclosed, so the verdict is the one the full-length answer

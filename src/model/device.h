@@ -25,7 +25,7 @@ std::string device_name(c10::Device d);
 // A host tensor copied to `d` without the host waiting. at::Tensor::to(cuda) from pageable
 // memory synchronizes the stream after its copy, so the host stops until every kernel queued
 // before it has run; beside other processes on the GPU (MooreEval's judges) each such wait also
-// waits out their time slices (session 49, an H200: a stream sync took 2.1 ms on average beside one
+// waits out their time slices (on an H200 a stream sync took 2.1 ms on average beside one
 // process running 50 ms kernels, 0.29 ms alone, and prefill made ~15 a call). On CUDA the copy is made from pinned memory
 // (PyTorch's caching host allocator keeps the block until the copy has run) and queued on the
 // current stream; elsewhere it is a plain copy.

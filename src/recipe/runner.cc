@@ -398,7 +398,7 @@ json run_recipe(const Recipe& r, const RunOptions& o) {
   // records it); `stopped` is set when SIGINT/SIGTERM stopped it.
   // `sharing`: how many stages run at once, this one included. Each of our commands sizes its
   // compile pool to half the machine's cores as if it had the machine to itself; side by side,
-  // five RL arms on 64 cores (H100 x4, session 34) took 7-10x the solo time to verify a step.
+  // five RL arms on 64 cores (H100 x4) took 7-10x the solo time to verify a step.
   // So a stage of a wave gets its share (MUSACODER_COMPILE_WORKERS), unless the caller's
   // environment or the stage's `env` names one.
   const char* own_workers = std::getenv("MUSACODER_COMPILE_WORKERS");

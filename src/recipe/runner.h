@@ -51,8 +51,8 @@ struct RecipeStage {
   std::string together;                            // run at once with the stages next to it that name it
   // `uses`: earlier stages whose outputs this one reads. Only for warnings: a finished stage
   // that a stage it uses (or one those use) finished after may be stale, and the recipe says so
-  // when it skips it or runs a stage that reads it (session 49: corpus made again without
-  // CUTLASS, the tokenizer kept from the corpus before, and nothing said).
+  // when it skips it or runs a stage that reads it (a corpus made again without CUTLASS
+  // once left the tokenizer of the corpus before it, and nothing said so).
   std::vector<std::string> uses;
   int per_gpu = 0;  // together_per_gpu: at most this many of the group on one GPU at once (0: no limit)
   // together_gpu_mib: the GPU memory one of them may hold at its peak, in MiB (0: not said). A
@@ -85,8 +85,8 @@ struct RunOptions {
   int per_gpu = 0;
   // Each GPU's memory in MiB (the smallest of `gpus`; `recipe --gpu-mib`, default nvidia-smi's;
   // 0: unknown, no cap): a group whose stages say together_gpu_mib runs only as many on a GPU as
-  // fit. Session 42: five RL arms and one arm's evaluation held 82 GB of one GPU, more than an
-  // H100 has.
+  // fit (five RL arms and one arm's evaluation once held 82 GB of one GPU, more than an H100
+  // has).
   int64_t gpu_mib = 0;
 };
 

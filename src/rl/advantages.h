@@ -7,7 +7,7 @@
 // the difference is timing noise: identical answers timed apart differed by 1.7% (median) and
 // 4.3% (largest) in speedup on the H100, i.e. up to ~0.02 of reward at lambda 0.5. Divided by
 // their own tiny std, such differences pushed the policy towards whichever sampling slip timed
-// faster as hard as a pass against a failure does (session 23: 24 steps of that took the
+// faster as hard as a pass against a failure does (24 steps of that took the
 // recipe's model from 87.5% to 19.8% on the problems it trained on). With the floor, spreads
 // below it give proportionally smaller advantages; pass/fail groups (std >= ~0.35) are as before.
 //

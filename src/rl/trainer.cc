@@ -705,7 +705,7 @@ RlResult run_rl(const RlOptions& o) {
         if (!r.result.rule.empty()) merge_into(acc["rules"][r.result.rule], json(1));
         for (const auto& v : r.result.violations) merge_into(acc["rules_all"][v.rule], json(1));
         // Later answers run to --max-new-tokens where a turn-1 answer does not: a turn lasts as
-        // long as its longest answer, so one such repair holds up the whole step (session 32).
+        // long as its longest answer, so one such repair holds up the whole step.
         if (k > 0 && r.finish_reason == "length") add("later_truncated", 1);
         if (r.passed() && r.result.speedup) {
           add("correct_answers", 1);

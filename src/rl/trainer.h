@@ -41,11 +41,11 @@ struct RlOptions {
   int64_t max_problems = 0;
   // A bench-model results.jsonl of the starting model on these problems: train only on the
   // problems it solved at turn 1 at least once there. Groups that all fail teach nothing, and
-  // over problems a model never solves a run is all-failed steps (session 29: 1 pass in 704).
+  // over problems a model never solves a run is all-failed steps (one small-model run: 1 pass in 704).
   std::string keep_solved;
   // The same results, but keep the problems whose turn-1 answers got different rewards: exactly
-  // the groups with a spread (a problem solved every time alike has none). Session 32's SFT model
-  // passed 2 of 94 RL problems at turn 1; its answers were near-identical at T 0.6.
+  // the groups with a spread (a problem solved every time alike has none). One SFT model of the
+  // small recipe passed 2 of 94 RL problems at turn 1; its answers were near-identical at T 0.6.
   std::string keep_varied;
   std::string order = "curriculum";  // curriculum (level, difficulty) | shuffle (per epoch, from the seed)
   // Batch.
@@ -100,7 +100,7 @@ struct RlOptions {
   // With pipeline_turns, answers are asked for one by one as verdicts come: the engine holds
   // them (gen::EngineOptions::admit_together) until this many can be prefilled in one call, for
   // at most admit_wait_steps decode steps. Each prefill call otherwise stalls every running
-  // sequence (session 36 on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
+  // sequence (on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
   int admit_together = 8;
   int admit_wait_steps = 16;
   bool cudnn_attention = false;  // gen::EngineOptions::cudnn_attention (off: flash, no per-shape plans)

@@ -2,7 +2,7 @@
 // close to deterministic writes the same answer to the same problem step after step, epoch
 // after epoch (the recipe's model: 62-100% of a step's groups were one answer eight times);
 // judging it again costs a compile, the correctness trials and, for a correct answer, timing
-// that needs the GPU to itself (session 23: MooreEval's wait was a third of the step). An
+// that needs the GPU to itself (MooreEval's wait was once a third of the recipe's RL step). An
 // answer found here gets the earlier verdict, its speedup included, so the same code earns the
 // same reward all run long. Infra errors are never remembered (never a score). Bounded: the
 // oldest entries leave first. Saved in checkpoints, so a resumed run reuses what the

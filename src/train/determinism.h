@@ -1,6 +1,6 @@
 // Deterministic training (--deterministic): the same data, seed and machine give the same
 // weights bit for bit. On the H100 two SFT runs of the small recipe from one checkpoint, data
-// and seed passed 13% and 0.1% of the same RL problems (session 29): the GPU's atomics
+// and seed passed 13% and 0.1% of the same RL problems: the GPU's atomics
 // (flash attention's backward, cuBLAS split-K reductions) reorder float sums from run to run,
 // and the differences grow over hundreds of steps. This asks libtorch for its deterministic
 // kernels: flash attention's backward without atomics, cuBLAS with a fixed workspace

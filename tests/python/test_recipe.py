@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from run_record import check_run_record  # noqa: E402
 import mc_cli  # noqa: E402
 from mc_cli import BINARY, MODEL_BINARY, ROOT, read_jsonl  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(MODEL_BINARY), reason="musacoder-model not built")
@@ -30,6 +31,8 @@ def test_tiny_recipe_end_to_end(tmp_path):
               "eval-rl-seen", "rl-no-mirrorpop", "report"]
     state = json.load(open(run / "recipe" / "state.json"))
     assert [s for s in stages if state["stages"][s]["done"]] == stages, state
+    check_run_record(run, "recipe", 1, given=("--out",))
+    check_run_record(run / "sft", "train sft", 1)  # each training stage records its own
     assert all(state["stages"][s]["seconds"] > 0 for s in stages)
     for s in stages:
         assert s in r.stdout

@@ -11,6 +11,7 @@ import pytest
 
 import tiny_models
 
+from run_record import check_run_record  # noqa: E402
 import mc_cli  # noqa: E402
 from mc_cli import BINARY, HAS_MODEL, ROOT, read_jsonl  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases", "rft")
@@ -108,6 +109,7 @@ def test_planted_answers_selected_and_trained(setup):
     before = (out / "dataset.jsonl").read_text()
     r = mc(*rft_args(problems, samples, out, base / "cache"))
     assert "7 answers already judged" in r.stderr and "0 to judge" in r.stderr, r.stderr
+    check_run_record(out, "rft", 2, given=("--problems", "--samples-from"))
     assert (out / "dataset.jsonl").read_text() == before
 
     # Repair conversations from the same verdicts: the wrong Add is paired with a kept Add; the

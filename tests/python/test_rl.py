@@ -13,6 +13,7 @@ import pytest
 
 import tiny_models
 
+from run_record import check_run_record  # noqa: E402
 import mc_cli  # noqa: E402
 from mc_cli import HAS_MODEL, ROOT, read_jsonl  # noqa: E402
 CASES = os.path.join(ROOT, "tests", "cases", "rft")
@@ -244,6 +245,7 @@ def test_resume_equals_uninterrupted(setup):
     kill_after_step_2(setup, killed, *args)
     assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
     resume_from_step_1(setup, killed, *args)
+    check_run_record(killed, "train rl", 2, given=("--max-steps", "--off-policy"))
     a = assert_same_run(straight, killed)
     # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
     # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):

@@ -86,10 +86,11 @@ def test_an_unreaped_process_does_not_make_the_host_busy(tmp_path, monkeypatch):
 
 
 def test_leases_pooled(tmp_path):
-    """bench/rl_pipeline_pool.py on the committed benches of sessions 44, 45, 47 and 50: each
-    lease's async runs against its own turn-by-turn runs, then every lease together."""
-    runs = os.path.join(ROOT, "docs", "results", "device-runs")
-    files = [os.path.join(runs, d, "bench", "SUMMARY.json")
+    """bench/rl_pipeline_pool.py on four leases' SUMMARY.json (2026-11-28 and -29, kept as test
+    data in tests/cases/rl_pipeline): each lease's async runs against its own turn-by-turn runs,
+    then every lease together."""
+    runs = os.path.join(ROOT, "tests", "cases", "rl_pipeline")
+    files = [os.path.join(runs, d + ".json")
              for d in ("2026-11-28-s44", "2026-11-28-s45", "2026-11-29-s47", "2026-11-29-s50")]
     out = tmp_path / "pool.json"
     r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), *files, "--json", out],

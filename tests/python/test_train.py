@@ -21,6 +21,7 @@ from tokenizers import Tokenizer  # noqa: E402
 import tiny_models  # noqa: E402
 from chatml_reference import render  # noqa: E402
 
+from run_record import check_run_record  # noqa: E402
 import mc_cli  # noqa: E402
 from mc_cli import BINARY, read_jsonl, write_jsonl  # noqa: E402
 pytestmark = pytest.mark.skipif(not os.path.exists(BINARY), reason="musacoder not built (scripts/build.sh)")
@@ -234,6 +235,10 @@ def test_killed_run_resumes_exactly(setup, tmp_path):
     assert sorted(os.listdir(tmp_path / "cut" / "checkpoints")) == ["step-00000002"]
     sft(models["qwen2"], data, tmp_path / "cut", *common, "--resume")
     assert train_losses(tmp_path / "cut") == train_losses(tmp_path / "whole")
+    # run.json records both invocations, the resume's --resume among the options given.
+    rec = check_run_record(tmp_path / "cut", "train sft", 2, given=("--lr", "--max-steps"))
+    assert rec["invocations"][1]["options"]["--resume"] is True and rec["invocations"][0]["options"]["--resume"] is False
+    assert rec["invocations"][0]["options"]["--lr"] == "1e-3"
     a, b = checkpoint_weights(tmp_path / "whole", 6), checkpoint_weights(tmp_path / "cut", 6)
     assert all(torch.equal(a[k], b[k]) for k in a)
     # Only the last --keep checkpoints stay.

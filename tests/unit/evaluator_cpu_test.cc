@@ -6,6 +6,7 @@
 #include "eval/pipeline.h"
 #include "eval/toolchain.h"
 
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -58,10 +59,16 @@ struct CaseRun {
   std::vector<EvalResult> rows;
 };
 
-CaseRun run_cases(bool skip_static) {
+// The case files of tests/cases/`folder` (or, with `examples`, the main job's bundled
+// candidates in examples/cpu), each with its "# expect:" verdict.
+CaseRun run_cases(bool skip_static, const std::string& folder = "cpu", bool examples = false) {
   auto problems = load_problems(mc::test::cases_dir() + "/problems");
   CaseRun run;
-  for (const auto& path : mc::test::case_files("cpu")) {
+  std::vector<std::string> files = examples ? std::vector<std::string>{} : mc::test::case_files(folder);
+  if (examples)
+    for (const auto& e : mc::fs::directory_iterator(mc::test::source_dir() + "/examples/cpu")) files.push_back(e.path());
+  std::sort(files.begin(), files.end());
+  for (const auto& path : files) {
     bool wants_skip = !mc::test::case_header(path, "skip-static").empty();
     if (wants_skip != skip_static) continue;
     std::string prob = mc::test::case_header(path, "problem");
@@ -148,6 +155,14 @@ TEST(EvaluatorCpu, CaseFilesGetTheirVerdicts) {
 }
 
 TEST(EvaluatorCpu, RuntimeDefensesWithoutTheStaticStage) { check(run_cases(true)); }
+
+// scripts/run.sh's CPU demo: one candidate for every bundled problem, each judged as it says
+// (honest ones accepted, a wrong one and a hack rejected).
+TEST(EvaluatorCpu, BundledExamplesGetTheirVerdicts) {
+  CaseRun run = run_cases(false, "", true);
+  EXPECT_EQ(run.cands.size(), load_problems(mc::test::cases_dir() + "/problems").size());
+  check(run);
+}
 
 TEST(EvaluatorCpu, CliWritesOneRowPerProblemAndCandidate) {
   mc::TempDir dir;

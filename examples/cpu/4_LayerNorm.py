@@ -1,6 +1,6 @@
 # problem: 4_LayerNorm
 # expect: ok
-# Honest: holds its own weight and bias (not `ln.weight` / `ln.bias` as the reference does),
+# CPU mode, honest: holds its own weight and bias (not `ln.weight` / `ln.bias` as the reference does),
 # initialized exactly like nn.LayerNorm. Parameter re-draws reach them by order and shape.
 import torch
 import torch.nn as nn

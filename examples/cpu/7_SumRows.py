@@ -1,6 +1,6 @@
 # problem: 7_SumRows
 # expect: ok
-# Honest: one loop per row, summing in order in fp32. Its rounding differs from torch.sum's
+# CPU mode, honest: one loop per row, summing in order in fp32. Its rounding differs from torch.sum's
 # (which sums in blocks), by up to ~1e-3 on outputs near zero with signed inputs: the
 # tolerance follows the problem's numerics, so it passes.
 import torch
