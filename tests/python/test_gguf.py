@@ -248,3 +248,19 @@ def test_bad_files_are_named(tmp_path):
     fails(bad_pre, 'pre-tokenizer "llama-bpe"', "not supported")
     assert not os.path.exists(tmp_path / "out" / "model.safetensors")
     shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_get_model_checks_what_it_is_given(tmp_path):
+    """scripts/get-model.sh refuses an unknown name and a GGUF that is not the pinned file
+    (size, then sha256), before converting anything."""
+    import subprocess
+    script = os.path.join(mc_cli.ROOT, "scripts", "get-model.sh")
+    env = {**os.environ, "MODELS": str(tmp_path / "models"), "MUSACODER_MODEL_BINARY": MODEL_BINARY}
+    r = subprocess.run(["bash", script, "qwen-unknown"], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "usage: scripts/get-model.sh" in r.stderr, r.stderr
+    fake = tmp_path / "fake.gguf"
+    fake.write_bytes(b"GGUF" + b"\0" * 100)
+    r = subprocess.run(["bash", script, "qwen2.5-coder-0.5b-instruct"], capture_output=True, text=True,
+                       env={**env, "GGUF": str(fake)})
+    assert r.returncode != 0 and "has 104 bytes, expected 491400064" in r.stderr, r.stderr
+    assert not os.path.exists(tmp_path / "models" / "qwen2.5-coder-0.5b-instruct")
