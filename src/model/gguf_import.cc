@@ -250,36 +250,42 @@ GgufImport import_gguf(const std::string& gguf_path, const std::string& out_dir,
   r.architecture = qc.architecture;
   Tokenizer tok = tokenizer_json(g);
 
-  // Dequantize each tensor into the output dtype, in GGUF order.
-  std::vector<std::vector<uint8_t>> buffers;
+  // The tensors by Hugging Face name; each is dequantized into the output dtype only as the
+  // writer reaches it, so memory holds one tensor at a time, not the model.
   std::vector<TensorView> views;
-  std::vector<float> scratch;
+  std::vector<const GgufTensor*> source;
   for (const auto& t : g.tensors()) {
-    const int64_t n = t.numel();
-    scratch.resize(static_cast<size_t>(n));
-    dequantize(static_cast<GgmlType>(t.type), t.data, n, scratch.data());
-    std::vector<uint8_t> out(static_cast<size_t>(n) * dtype_size(dtype));
-    if (dtype == DType::kF32) {
-      std::memcpy(out.data(), scratch.data(), out.size());
-    } else {
-      auto* o = reinterpret_cast<uint16_t*>(out.data());
-      for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_bf16(scratch[i]);
-    }
     TensorView v;
     v.name = hf_name(t.name);
     v.dtype = dtype;
     v.shape = t.torch_shape();
-    v.nbytes = out.size();
-    buffers.push_back(std::move(out));
+    v.nbytes = static_cast<size_t>(t.numel()) * dtype_size(dtype);
     views.push_back(v);
-    r.parameters += n;
+    source.push_back(&t);
+    r.parameters += t.numel();
   }
-  for (size_t i = 0; i < views.size(); ++i) views[i].data = buffers[i].data();
-  std::sort(views.begin(), views.end(), [](const TensorView& a, const TensorView& b) { return a.name < b.name; });
+  std::vector<size_t> order(views.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return views[a].name < views[b].name; });
+  std::vector<TensorView> sorted;
+  for (size_t i : order) sorted.push_back(views[i]);
+  std::vector<float> scratch;
+  auto fill = [&](size_t k, uint8_t* dst) {
+    const GgufTensor& t = *source[order[k]];
+    const int64_t n = t.numel();
+    if (dtype == DType::kF32) {
+      dequantize(static_cast<GgmlType>(t.type), t.data, n, reinterpret_cast<float*>(dst));
+      return;
+    }
+    scratch.resize(static_cast<size_t>(n));
+    dequantize(static_cast<GgmlType>(t.type), t.data, n, scratch.data());
+    auto* o = reinterpret_cast<uint16_t*>(dst);
+    for (int64_t i = 0; i < n; ++i) o[i] = fp32_to_bf16(scratch[i]);
+  };
 
   fs::create_directories(out_dir);
   const fs::path dir(out_dir);
-  write_safetensors((dir / "model.safetensors").string(), views, {{"format", "pt"}});
+  write_safetensors((dir / "model.safetensors").string(), sorted, fill, {{"format", "pt"}});
   write_file_atomic(dir / "config.json", config.dump(2) + "\n");
   json gen = {{"_from_model_config", true}};
   for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,11 @@ class Checkpoint {
 // Writes tensors (in the given order) atomically. Throws on duplicate names or a size that does
 // not match dtype x shape.
 void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+// The same, with each tensor's bytes made only when it is written: fill(i, dst) writes
+// tensors[i].nbytes bytes (their `data` is not read). Memory holds one tensor at a time.
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::function<void(size_t, uint8_t*)>& fill,
                        const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mc::model
