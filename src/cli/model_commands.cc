@@ -465,9 +465,22 @@ int ModelCommands::Impl::run_convert() {
   if (!conv_gguf.empty()) {
     MC_CHECK(dtype == at::kBFloat16 || dtype == at::kFloat, "--from-gguf writes bf16 or fp32 weights, not ", conv_dtype);
     MC_CHECK(shard_gb == 0, "--from-gguf writes one model.safetensors (re-save it with --model to shard it)");
-    auto r = model::import_gguf(conv_gguf, conv_out, dtype == at::kFloat ? model::DType::kF32 : model::DType::kBF16);
-    // The folder must load as every command will load it.
-    (void)model::QwenModel::load(conv_out, c10::Device(c10::kCPU), dtype);
+    // Written beside --out and moved into it only once it loads as every command will load it
+    // (names, shapes, dtypes; on the meta device, so no weights are read again): a failed
+    // import leaves no half-made model folder.
+    const fs::path partial = fs::path(conv_out).string() + ".partial";
+    fs::remove_all(partial);
+    auto r = model::import_gguf(conv_gguf, partial.string(), dtype == at::kFloat ? model::DType::kF32 : model::DType::kBF16);
+    try {
+      (void)model::QwenModel::load(partial.string(), c10::Device(c10::kMeta), dtype);
+      (void)tok::BpeTokenizer::from_file((partial / "tokenizer.json").string());
+    } catch (...) {
+      fs::remove_all(partial);
+      throw;
+    }
+    fs::create_directories(conv_out);
+    for (const auto& e : fs::directory_iterator(partial)) fs::rename(e.path(), fs::path(conv_out) / e.path().filename());
+    fs::remove(partial);
     auto tok = tok::BpeTokenizer::from_file((fs::path(conv_out) / "tokenizer.json").string());
     std::string types;
     for (const auto& [t, n] : r.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, t);

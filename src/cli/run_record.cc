@@ -67,14 +67,18 @@ void write_run_record(const std::string& dir, const std::string& command, const 
   json inv = {{"argv", command_line()}, {"options", options},         {"given", given},
               {"commit", commit ? json(*commit) : json(nullptr)},   {"dirty", status ? json(!status->empty()) : json(nullptr)},
               {"started_at", when}};
+  // A folder that cannot be made is the command's to report, in its own words (it checks --out
+  // before any work); the record is skipped then.
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return;
   const fs::path path = fs::path(dir) / "run.json";
   json rec = {{"format_version", 1}, {"command", command}, {"invocations", json::array()}};
-  if (fs::exists(path)) {
+  if (fs::exists(path, ec)) {
     json old = json::parse(read_file(path), nullptr, false);
     if (!old.is_discarded() && old.value("command", "") == command && old.contains("invocations")) rec = old;
   }
   rec["invocations"].push_back(inv);
-  fs::create_directories(dir);
   write_file_atomic(path, rec.dump(2) + "\n");
 }
 

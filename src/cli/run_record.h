@@ -18,7 +18,8 @@ namespace mc::cli {
 // main() records the command line once, before parsing.
 void set_command_line(int argc, char** argv);
 
-// Appends this invocation to DIR/run.json (creating DIR). On rank 0 only when RANK is set.
+// Appends this invocation to DIR/run.json (creating DIR; nothing when DIR cannot be made, which
+// the command then reports). On rank 0 only when RANK is set.
 void write_run_record(const std::string& dir, const std::string& command, const CLI::App& sub);
 
 }  // namespace mc::cli

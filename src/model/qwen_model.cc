@@ -71,6 +71,9 @@ class WeightLoader {
     }
     MC_CHECK(tv->shape == shape, dir_, ": tensor \"", name, "\" has shape ", shape_str(tv->shape),
              " but config.json implies ", shape_str(shape));
+    (void)to_scalar_type(tv->dtype, name);  // a dtype we can read
+    // The meta device checks a folder without reading its weights (convert --from-gguf does).
+    if (device_.is_meta()) return at::empty(shape, at::TensorOptions().device(device_).dtype(dtype_));
     auto cpu = at::from_blob(const_cast<uint8_t*>(tv->data), tv->shape, at::TensorOptions().dtype(to_scalar_type(tv->dtype, name)));
     return cpu.to(device_, dtype_, /*non_blocking=*/false, /*copy=*/true);
   }

@@ -46,7 +46,8 @@ class QwenModel {
  public:
   // Reads dir/config.json and dir/*.safetensors. dtype kUndefined: bf16 on CUDA, fp32 on CPU.
   // Throws mc::Error for a missing file, unsupported architecture, missing tensor or a tensor
-  // whose shape does not match the config.
+  // whose shape does not match the config. On the meta device nothing is read beyond the
+  // headers: a check of a folder that costs no memory.
   static QwenModel load(const std::string& dir, c10::Device device, c10::ScalarType dtype = c10::ScalarType::Undefined);
   // A model of that architecture with fresh weights, as transformers initializes one (linear
   // and embedding weights N(0, init_std), biases 0, norms 1), the same for a seed on any device:

@@ -6,7 +6,6 @@ transformers' `from_pretrained(gguf_file=...)`; every dequantizer (the K-quants 
 original tokenizer.json does; and bad files fail with errors that name the problem."""
 import json
 import os
-import shutil
 
 import numpy as np
 import pytest
@@ -243,11 +242,20 @@ def test_bad_files_are_named(tmp_path):
     iq = gguf_fixtures.write(tmp_path / "iq.gguf", model.config, t, src / "tokenizer.json")
     fails(iq, "blk.0.ffn_up.weight", "IQ4_NL", "cannot dequantize", "Q4_K")
 
+    # Metadata that contradicts the tensors: the converted folder's check (the model loader, on
+    # the meta device) names the tensor.
+    import copy
+    wrong = copy.deepcopy(model.config)
+    wrong.intermediate_size = 100
+    contra = gguf_fixtures.write(tmp_path / "contra.gguf", wrong, quantized(model, weight_type(Q.F32)),
+                                 src / "tokenizer.json")
+    fails(contra, "mlp.gate_proj.weight", "has shape [96, 64] but config.json implies [100, 64]")
+    assert not os.path.exists(tmp_path / "out") and not os.path.exists(tmp_path / "out.partial")
+
     bad_pre = gguf_fixtures.write(tmp_path / "pre.gguf", model.config, quantized(model, weight_type(Q.F32)),
                                   src / "tokenizer.json", pre="llama-bpe")
     fails(bad_pre, 'pre-tokenizer "llama-bpe"', "not supported")
     assert not os.path.exists(tmp_path / "out" / "model.safetensors")
-    shutil.rmtree(tmp_path / "out", ignore_errors=True)
 
 
 def test_get_model_checks_what_it_is_given(tmp_path):
