@@ -247,12 +247,7 @@ int ModelCommands::Impl::run_generate() {
         it.ids = r["prompt_ids"].get<std::vector<int32_t>>();
       } else if (r.contains("messages")) {
         need_tok(where);
-        std::vector<tok::ChatTurn> turns;
-        for (const auto& t : r["messages"]) {
-          MC_CHECK(t.contains("role") && t.contains("content"), where, ": each message needs role and content");
-          turns.push_back({t["role"], t["content"]});
-        }
-        it.ids = tokenizer->encode(tok::render_chat(format, turns, true));
+        it.ids = tokenizer->encode(tok::render_chat(format, tok::turns_from_json(r["messages"], where), true));
       } else {
         MC_CHECK(r.contains("prompt") && r["prompt"].is_string(), where,
                  ": expected \"prompt\" (string), \"messages\" or \"prompt_ids\"");
@@ -471,9 +466,10 @@ int ModelCommands::Impl::run_convert() {
     const fs::path partial = fs::path(conv_out).string() + ".partial";
     fs::remove_all(partial);
     auto r = model::import_gguf(conv_gguf, partial.string(), dtype == at::kFloat ? model::DType::kF32 : model::DType::kBF16);
+    size_t vocab = 0;
     try {
       (void)model::QwenModel::load(partial.string(), c10::Device(c10::kMeta), dtype);
-      (void)tok::BpeTokenizer::from_file((partial / "tokenizer.json").string());
+      vocab = tok::BpeTokenizer::from_file((partial / "tokenizer.json").string()).vocab_size();
     } catch (...) {
       fs::remove_all(partial);
       throw;
@@ -481,11 +477,10 @@ int ModelCommands::Impl::run_convert() {
     fs::create_directories(conv_out);
     for (const auto& e : fs::directory_iterator(partial)) fs::rename(e.path(), fs::path(conv_out) / e.path().filename());
     fs::remove(partial);
-    auto tok = tok::BpeTokenizer::from_file((fs::path(conv_out) / "tokenizer.json").string());
     std::string types;
     for (const auto& [t, n] : r.types) types += fmt::format("{}{} {}", types.empty() ? "" : ", ", n, t);
     fmt::print(stderr, "wrote {}: {} \"{}\", {:.1f} M parameters ({}), vocabulary {}, from {} (sha256 {}; tensors: {})\n",
-               conv_out, r.architecture, r.name, r.parameters / 1e6, conv_dtype, tok.vocab_size(), conv_gguf,
+               conv_out, r.architecture, r.name, r.parameters / 1e6, conv_dtype, vocab, conv_gguf,
                r.sha256, types);
     return 0;
   }

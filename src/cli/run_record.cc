@@ -43,6 +43,11 @@ void set_command_line(int argc, char** argv) { command_line().assign(argv, argv 
 
 void write_run_record(const std::string& dir, const std::string& command, const CLI::App& sub) {
   if (const char* rank = std::getenv("RANK"); rank && std::string(rank) != "0") return;
+  // A folder that cannot be made is the command's to report, in its own words (it checks --out
+  // before any work); the record is skipped then.
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return;
   using nlohmann::json;
   json options = json::object(), given = json::array();
   for (const CLI::Option* o : sub.get_options()) {
@@ -67,11 +72,6 @@ void write_run_record(const std::string& dir, const std::string& command, const 
   json inv = {{"argv", command_line()}, {"options", options},         {"given", given},
               {"commit", commit ? json(*commit) : json(nullptr)},   {"dirty", status ? json(!status->empty()) : json(nullptr)},
               {"started_at", when}};
-  // A folder that cannot be made is the command's to report, in its own words (it checks --out
-  // before any work); the record is skipped then.
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return;
   const fs::path path = fs::path(dir) / "run.json";
   json rec = {{"format_version", 1}, {"command", command}, {"invocations", json::array()}};
   if (fs::exists(path, ec)) {

@@ -71,12 +71,7 @@ std::optional<int> TokenizeCommand::run() {
       MC_CHECK(j.contains("ids") && j["ids"].is_array(), m.input, ":", i + 1, ": no \"ids\" array");
       out += nlohmann::json{{"text", tok.decode(j["ids"].get<std::vector<int32_t>>())}}.dump() + "\n";
     } else if (j.contains("messages")) {
-      std::vector<tok::ChatTurn> turns;
-      for (const auto& t : j["messages"]) {
-        MC_CHECK(t.is_object() && t.contains("role") && t.contains("content"), m.input, ":", i + 1,
-                 ": each message needs role and content");
-        turns.push_back({t["role"], t["content"]});
-      }
+      const auto turns = tok::turns_from_json(j["messages"], fmt::format("{}:{}", m.input, i + 1));
       auto ids = tok.encode(tok::render_chat(format, turns, /*add_generation_prompt=*/true));
       tokens += ids.size();
       out += nlohmann::json{{"ids", ids}}.dump() + "\n";

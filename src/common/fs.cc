@@ -23,14 +23,18 @@ std::string read_file(const fs::path& path) {
 }
 
 void write_file_atomic(const fs::path& path, const std::string& data) {
+  write_file_atomic(path, [&](std::ostream& out) { out << data; });
+}
+
+void write_file_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {
   if (path.has_parent_path()) fs::create_directories(path.parent_path());
   fs::path tmp = path;
   tmp += ".tmp." + std::to_string(getpid()) + "." + std::to_string(rand());
   {
     std::ofstream out(tmp, std::ios::binary);
     MC_CHECK(out.good(), "cannot write ", tmp.string());
-    out << data;
-    MC_CHECK(out.good(), "write failed for ", tmp.string());
+    write(out);
+    MC_CHECK(out.good(), "write failed for ", tmp.string(), " (disk full?)");
   }
   fs::rename(tmp, path);
 }

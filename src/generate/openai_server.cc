@@ -139,17 +139,10 @@ struct OpenAIServer::Impl {
   }
 
   json chat(const json& body) {
-    if (!body.contains("messages") || !body["messages"].is_array() || body["messages"].empty())
-      throw BadRequest("\"messages\" must be a non-empty list of {role, content}");
-    std::vector<tok::ChatTurn> turns;
-    for (const auto& m : body["messages"]) {
-      if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") || !m["content"].is_string())
-        throw BadRequest("each message needs a string \"role\" and a string \"content\"");
-      turns.push_back({m["role"], m["content"]});
-    }
     std::string text;
     try {
-      text = tok::render_chat(opts.chat, turns, /*add_generation_prompt=*/true);
+      text = tok::render_chat(opts.chat, tok::turns_from_json(body.value("messages", json())),
+                              /*add_generation_prompt=*/true);
     } catch (const Error& e) {
       throw BadRequest(e.what());
     }

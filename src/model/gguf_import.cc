@@ -252,26 +252,23 @@ GgufImport import_gguf(const std::string& gguf_path, const std::string& out_dir,
 
   // The tensors by Hugging Face name; each is dequantized into the output dtype only as the
   // writer reaches it, so memory holds one tensor at a time, not the model.
-  std::vector<TensorView> views;
   std::vector<const GgufTensor*> source;
-  for (const auto& t : g.tensors()) {
+  for (const auto& t : g.tensors()) source.push_back(&t);
+  std::sort(source.begin(), source.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return hf_name(a->name) < hf_name(b->name); });
+  std::vector<TensorView> views;
+  for (const GgufTensor* t : source) {
     TensorView v;
-    v.name = hf_name(t.name);
+    v.name = hf_name(t->name);
     v.dtype = dtype;
-    v.shape = t.torch_shape();
-    v.nbytes = static_cast<size_t>(t.numel()) * dtype_size(dtype);
+    v.shape = t->torch_shape();
+    v.nbytes = static_cast<size_t>(t->numel()) * dtype_size(dtype);
     views.push_back(v);
-    source.push_back(&t);
-    r.parameters += t.numel();
+    r.parameters += t->numel();
   }
-  std::vector<size_t> order(views.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return views[a].name < views[b].name; });
-  std::vector<TensorView> sorted;
-  for (size_t i : order) sorted.push_back(views[i]);
   std::vector<float> scratch;
   auto fill = [&](size_t k, uint8_t* dst) {
-    const GgufTensor& t = *source[order[k]];
+    const GgufTensor& t = *source[k];
     const int64_t n = t.numel();
     if (dtype == DType::kF32) {
       dequantize(static_cast<GgmlType>(t.type), t.data, n, reinterpret_cast<float*>(dst));
@@ -285,7 +282,7 @@ GgufImport import_gguf(const std::string& gguf_path, const std::string& out_dir,
 
   fs::create_directories(out_dir);
   const fs::path dir(out_dir);
-  write_safetensors((dir / "model.safetensors").string(), sorted, fill, {{"format", "pt"}});
+  write_safetensors((dir / "model.safetensors").string(), views, fill, {{"format", "pt"}});
   write_file_atomic(dir / "config.json", config.dump(2) + "\n");
   json gen = {{"_from_model_config", true}};
   for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})

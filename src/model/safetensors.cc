@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 #include <vector>
 
@@ -166,15 +165,14 @@ const TensorView& Checkpoint::get(const std::string& name) const {
   return it->second->get(name);
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  write_safetensors(path, tensors, [&](size_t i, uint8_t* dst) { std::memcpy(dst, tensors[i].data, tensors[i].nbytes); },
-                    metadata);
-}
+namespace {
 
-void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
-                       const std::function<void(size_t, uint8_t*)>& fill,
-                       const std::map<std::string, std::string>& metadata) {
+// The header, then each tensor's bytes through `write_tensor`, into a temporary file renamed into
+// place once whole (write_file_atomic): a reader never sees half a checkpoint, and memory holds
+// the tensors the caller holds, not another copy of the file.
+void write_streamed(const std::string& path, const std::vector<TensorView>& tensors,
+                    const std::map<std::string, std::string>& metadata,
+                    const std::function<void(size_t, std::ostream&)>& write_tensor) {
   nlohmann::json h = nlohmann::json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   size_t off = 0;
@@ -188,29 +186,32 @@ void write_safetensors(const std::string& path, const std::vector<TensorView>& t
   }
   std::string header = h.dump();
   header.append((8 - header.size() % 8) % 8, ' ');
-  std::string head;
-  uint64_t n = header.size();
-  for (int i = 0; i < 8; ++i) head += static_cast<char>((n >> (8 * i)) & 0xFF);
-  head += header;
-  // Tensor by tensor into a temporary file, renamed into place once whole: a reader never sees
-  // half a checkpoint, and memory holds one tensor, not the file.
-  const fs::path target(path);
-  if (target.has_parent_path()) fs::create_directories(target.parent_path());
-  fs::path tmp = target;
-  tmp += ".tmp." + std::to_string(getpid()) + "." + std::to_string(rand());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    MC_CHECK(out.good(), "cannot write ", tmp.string());
-    out.write(head.data(), static_cast<std::streamsize>(head.size()));
-    std::vector<uint8_t> buf;
-    for (size_t i = 0; i < tensors.size(); ++i) {
-      buf.resize(tensors[i].nbytes);
-      fill(i, buf.data());
-      out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
-      MC_CHECK(out.good(), "write failed for ", tmp.string(), " (disk full?)");
-    }
-  }
-  fs::rename(tmp, target);
+  write_file_atomic(path, [&](std::ostream& out) {
+    const uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>((n >> (8 * i)) & 0xFF));
+    out << header;
+    for (size_t i = 0; i < tensors.size(); ++i) write_tensor(i, out);
+  });
+}
+
+}  // namespace
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  write_streamed(path, tensors, metadata, [&](size_t i, std::ostream& out) {
+    out.write(reinterpret_cast<const char*>(tensors[i].data), static_cast<std::streamsize>(tensors[i].nbytes));
+  });
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorView>& tensors,
+                       const std::function<void(size_t, uint8_t*)>& fill,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<uint8_t> buf;
+  write_streamed(path, tensors, metadata, [&](size_t i, std::ostream& out) {
+    buf.resize(tensors[i].nbytes);
+    fill(i, buf.data());
+    out.write(reinterpret_cast<const char*>(buf.data()), static_cast<std::streamsize>(buf.size()));
+  });
 }
 
 }  // namespace mc::model

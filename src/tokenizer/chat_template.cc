@@ -21,6 +21,19 @@ std::string render_chatml(const std::vector<ChatTurn>& turns, bool add_generatio
   return out;
 }
 
+std::vector<ChatTurn> turns_from_json(const nlohmann::json& messages, const std::string& where) {
+  const std::string at = where.empty() ? "" : where + ": ";
+  MC_CHECK(messages.is_array() && !messages.empty(), at, "\"messages\" must be a non-empty list of {role, content}");
+  std::vector<ChatTurn> turns;
+  for (const auto& m : messages) {
+    MC_CHECK(m.is_object() && m.contains("role") && m["role"].is_string() && m.contains("content") &&
+                 m["content"].is_string(),
+             at, "each message needs a string \"role\" and a string \"content\"");
+    turns.push_back({m["role"], m["content"]});
+  }
+  return turns;
+}
+
 std::vector<ChatTurn> with_default_system(const ChatFormat& f, std::vector<ChatTurn> turns) {
   if (!f.default_system.empty() && (turns.empty() || turns[0].role != "system"))
     turns.insert(turns.begin(), ChatTurn{"system", f.default_system});

@@ -5,12 +5,18 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace mc::tok {
 
 struct ChatTurn {
   std::string role;  // system | user | assistant | tool
   std::string content;
 };
+
+// A JSON list of {"role", "content"} objects (a prompts file's, a chat request's) as turns.
+// Throws mc::Error, prefixed with `where`, for anything else.
+std::vector<ChatTurn> turns_from_json(const nlohmann::json& messages, const std::string& where = "");
 
 // Throws mc::Error for an unknown role.
 std::string render_chatml(const std::vector<ChatTurn>& turns, bool add_generation_prompt);
