@@ -248,18 +248,29 @@ class Candidate:
             block.fill_(0xFF)
             del block  # stays in the caching allocator: later allocations carve from it
 
+    def close(self, msg):
+        """Before this process is killed: every tensor it opened from the judge is let go, so the
+        judge's CUDA IPC counters drop and it can free them (Judge.give_back_memory)."""
+        import gc
+        self.held = self.timing_sets = None
+        gc.collect()
+        return {"op": "closed"}
+
     def trim(self, msg):
         """The judge needs device memory this process's allocator keeps cached (its float64 reference or
         its copy of our outputs, at published sizes): the cache goes back to the driver, then
         the poisoned reserve is made again, as at load, so that fresh output memory still
-        reads NaN. Live tensors (outputs not yet released) stay."""
+        reads NaN, unless `keep_reserve` is false (the trials are over and this process waits
+        for the GPU to itself: another lane may need the room meanwhile). Live tensors
+        (outputs not yet released) stay."""
         freed = 0
         if self.cuda:
             torch = self.torch
             before = torch.cuda.memory_reserved(self.device)
             torch.cuda.empty_cache()
             freed = before - torch.cuda.memory_reserved(self.device)
-            self._reserve_poisoned_memory(getattr(self, "reserve_bytes", 0))
+            if msg.get("keep_reserve", True):
+                self._reserve_poisoned_memory(getattr(self, "reserve_bytes", 0))
         return {"op": "trimmed", "freed_bytes": int(freed)}
 
     def _poison_cached_blocks(self):
@@ -447,7 +458,7 @@ def serve(in_fd, out_fd, device, share_dir, scratch, t0):
                            "startup_s": time.monotonic() - t0, "parts_s": parts,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
     handlers = {"load": cand.load, "run": cand.run, "warmup": cand.warmup,
-                "calibrate": cand.calibrate, "trim": cand.trim}
+                "calibrate": cand.calibrate, "trim": cand.trim, "close": cand.close}
     while True:
         try:
             msg = protocol.recv(in_fd)

@@ -20,9 +20,12 @@ from .candidate_proc import (CandidateCrashed, CandidateProc, CandidateTimeout, 
                              Zygote, ZygoteFailed, kill_group)
 from .files import write_json_atomic
 from .lanes import GpuLock
+from .ledger import Ledger, alone, others_bytes
+from .trial_cache import TrialCache
 
 PRECISIONS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 FORKED_SPARES = 3
+LEAK_RESTART_BYTES = 1 << 30  # see Judge.check_leak
 # How timing keeps this judge's spare processes, still creating their CUDA contexts, from
 # stalling its syncs (MUSACODER_TIMING_QUIESCE):
 #   stop  the ones still starting are paused (SIGSTOP) while the GPU is ours, and resumed after:
@@ -63,11 +66,14 @@ def device_processes():
 
 
 class Infra(Exception):
-    """The verifier failed (not the candidate)."""
+    """The verifier failed (not the candidate): never a score. out_of_memory: judged again
+    with the GPU to the candidate alone; not_alone: it was alone by the gate, but the verifier's
+    other processes still held memory (ledger.py), so it is judged alone once more."""
 
-    def __init__(self, message, out_of_memory=False):
+    def __init__(self, message, out_of_memory=False, not_alone=False):
         super().__init__(message)
         self.out_of_memory = out_of_memory
+        self.not_alone = not_alone
 
 
 class Preempted(Exception):
@@ -191,6 +197,9 @@ class Judge:
         self.problems = {}
         # The GPU's gate, shared with the other lanes' judges (lanes.py).
         self.lock = GpuLock(getattr(args, "gpu_lock", ""), getattr(args, "lanes", 1))
+        # The GPU's memory ledger, shared with the same judges (ledger.py).
+        self.ledger = Ledger(getattr(args, "gpu_lock", ""))
+        self.trial_cache = TrialCache()  # the current problem's trial references (trial_cache.py)
         self.calib_us = None  # the latest calibration, measured with the GPU to ourselves
         # Spares first: their CUDA contexts are created while the judge creates its own. A
         # standby judge (a lane that judges only while the GPU's others are held up) starts
@@ -208,6 +217,8 @@ class Judge:
             self.gpu = "cpu"
         from .timing import L2Flusher
         self.flusher = L2Flusher(self.device)
+        self.idle_allocated = torch.cuda.memory_allocated(self.device) if self.cuda else 0
+        self.restart_reason = ""
         self.startup_s["device_ready"] = time.monotonic() - t0
 
     def spare_count(self):
@@ -376,10 +387,12 @@ class Judge:
     def evaluate(self, req):
         """One candidate's verdict. The judge running out of memory is the verifier's failure:
         the candidate gets an infrastructure error (never a score), the memory is given back
-        and the judge goes on serving the next candidate."""
+        and the judge goes on serving the next candidate. Whatever the outcome, with lanes
+        nothing this candidate needed stays cached on the device (ledger.py)."""
         torch = self.torch
         if self.cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
+        failure = None
         try:
             res = self._evaluate_in_lane(req)
         except (torch.OutOfMemoryError, MemoryError) as e:
@@ -391,13 +404,80 @@ class Judge:
                 free, total = torch.cuda.mem_get_info(self.device)
                 why += (f" [judge allocated {torch.cuda.memory_allocated(self.device) / 2**30:.1f} GiB,"
                         f" device free {free / 2**30:.1f} of {total / 2**30:.1f} GiB]")
+            failure = Infra(f"the judge ran out of memory on {os.path.basename(req.get('problem_path', ''))}"
+                            f" ({why}); nothing was scored, the judge goes on", out_of_memory=True)
+        except Infra as e:
+            failure = Infra(str(e), e.out_of_memory, e.not_alone)  # without the frames' tensors
         else:
             if self.cuda:
                 res["judge_peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
             return res
-        self.recover_memory()  # outside the except block: its traceback held the tensors
-        raise Infra(f"the judge ran out of memory on {os.path.basename(req.get('problem_path', ''))}"
-                    f" ({why}); nothing was scored, the judge goes on", out_of_memory=True)
+        finally:
+            self.declare("idle")
+        self.recover_memory()  # outside the except blocks: their tracebacks held the tensors
+        self.declare("idle")
+        raise failure
+
+    def declare(self, state):
+        """This judge's line in the GPU's ledger: what it holds now and how many processes it
+        keeps (itself, its spares, its dying candidates and the one it judges)."""
+        if self.ledger.enabled:
+            held = self.torch.cuda.memory_reserved(self.device) if self.cuda else 0
+            self.ledger.declare(state, held, self.own_processes())
+
+    def own_processes(self):
+        return 1 + len(self.spares) + len(self.dying) + (1 if getattr(self, "judging", None) else 0)
+
+    def give_back_memory(self):
+        """Everything this judge keeps cached goes back to the device. Tensors it shared with a
+        candidate through CUDA IPC stay allocated after their last use, in PyTorch's limbo, until
+        collected (H200, published sizes: a judge idle between candidates still held 52 GiB so,
+        and the next problem judged alone ran out of memory beside it)."""
+        if self.cuda:
+            self.torch.cuda.ipc_collect()
+            self.torch.cuda.empty_cache()
+
+    def check_leak(self):
+        """Memory this judge shared with a candidate that died holding it (a crash, a hang) stays
+        allocated in PyTorch's IPC limbo for the judge's lifetime. Above LEAK_RESTART_BYTES the
+        judge asks to be replaced after this reply (the executor starts a fresh one)."""
+        if not self.cuda:
+            return
+        leaked = self.torch.cuda.memory_allocated(self.device) - self.idle_allocated
+        if leaked > LEAK_RESTART_BYTES:
+            self.restart_reason = f"{leaked / 2**30:.1f} GiB shared with dead candidates"
+
+    def shrink(self, cand=None):
+        """Before waiting for the gate: the judge's cached blocks, and its candidate's cache and
+        poisoned reserve, go back to the device, so that a judge holding the GPU alone has it
+        truly alone; then the ledger says so."""
+        if self.cuda:
+            self.give_back_memory()
+            if cand is not None:
+                try:
+                    cand.request({"op": "trim", "keep_reserve": False}, 30)
+                except (CandidateCrashed, CandidateTimeout):
+                    pass  # its verdict comes from the next request
+        self.declare("waiting")
+
+    def memory_alone(self):
+        """(whether the rest of the verifier holds no more than its contexts, detail)."""
+        held, detail = others_bytes(self.ledger, self.torch, self.device, self.own_processes())
+        return alone(held), detail
+
+    def await_alone(self, res, timeout_s=5.0):
+        """With the gate held exclusive: waits until the other judges have given their memory
+        back (they do before they wait for the gate). Records the promise in the row: how much
+        the others held when the candidate began, and whether that is alone."""
+        t0 = time.monotonic()
+        while True:
+            ok, detail = self.memory_alone()
+            if ok or time.monotonic() - t0 > timeout_s:
+                break
+            time.sleep(0.05)
+        detail.update(alone=ok, waited_s=round(time.monotonic() - t0, 3))
+        res["memory_promise"] = detail
+        return ok
 
     def _evaluate_in_lane(self, req):
         """_evaluate under the GPU's gate: shared while the candidate is loaded and checked
@@ -417,24 +497,28 @@ class Judge:
         if len(self.dying) > 2 or self.memory_held_by_dying():
             self.reap()  # untimed candidates (timing off, failures), or memory the next one needs
         cand = self.take_candidate()
+        self.judging = cand
         take_s = time.monotonic() - t0
         res = None
         try:
+            self.shrink()
             waited = self.lock.acquire("exclusive" if why else "shared")
+            self.declare(self.lock.mode)
             lane = {"lanes": self.lock.lanes, "mode": self.lock.mode, "waited_s": round(waited, 3)}
             if why:
                 lane["exclusive_why"] = why
             res = self._evaluate(req, lane, cand, take_s)
             return res
         finally:
+            self.judging = None
             if cand not in self.dying:  # _evaluate did not get as far as its own kill
                 cand.signal_kill()
                 self.dying.append(cand)
             if self.lock.lanes > 1:
                 t_reap = time.monotonic()
                 self.reap()
-                if self.cuda:  # an idle lane keeps no cached blocks a large problem could need
-                    self.torch.cuda.empty_cache()
+                self.give_back_memory()  # an idle lane keeps nothing a large problem could need
+                self.check_leak()
                 if res is not None and isinstance(res.get("stage_s"), dict):
                     # With the gate still held (exclusive after timing): on every candidate's path.
                     res["stage_s"]["reap"] = time.monotonic() - t_reap
@@ -457,38 +541,21 @@ class Judge:
             os.makedirs(os.path.dirname(m), exist_ok=True)
             open(m, "w").close()
 
-    def verifier_holds_much_memory(self, cand):
-        """Whether the verifier holds a quarter of the device or more once the candidate that ran
-        out of memory is gone (this judge's tensors and cache, the other lanes' judges, every
-        warm process's context): "X GiB of Y" if so, else ""."""
-        if not self.cuda:
-            return ""
-        cand.stop()
-        self.reap()
-        free, total = self.torch.cuda.mem_get_info(self.device)
-        held = total - free
-        if held * 4 < total:
-            return ""
-        torch = self.torch
-        return (f"{held / 2**30:.1f} GiB of {total / 2**30:.1f} (this judge: "
-                f"{torch.cuda.memory_allocated(self.device) / 2**30:.1f} GiB allocated, "
-                f"{torch.cuda.memory_reserved(self.device) / 2**30:.1f} reserved; by process: "
-                f"{device_processes()})")
-
     def release_cached_memory(self, above=1 << 30):
         """Blocks the judge's allocator keeps cached are free to the judge alone: above `above`
         bytes they go back to the device, where the memory plan and the candidate see them."""
         torch = self.torch
-        if self.cuda and torch.cuda.memory_reserved(self.device) - \
-                torch.cuda.memory_allocated(self.device) > above:
-            torch.cuda.empty_cache()
+        if self.cuda:
+            torch.cuda.ipc_collect()  # inputs shared with earlier candidates (give_back_memory)
+            if torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device) > above:
+                torch.cuda.empty_cache()
 
     def recover_memory(self):
         import gc
         gc.collect()
         if self.cuda:
             self.torch.cuda.synchronize(self.device)
-            self.torch.cuda.empty_cache()
+            self.give_back_memory()
         self.health_check()
 
     # ---- memory, numerics, limits -------------------------------------------------------------
@@ -529,8 +596,14 @@ class Judge:
         # outputs and the rounded float64 reference.
         during = held + out_b + reserve + 2 * out_b
         plan["snapshots"] = "device" if free > during + margin else "host"
-        per_set = in_b + 2 * out_b  # a timing set, its reference output, the candidate's
-        plan["timing_sets"] = int(max(1, min(8, (free - margin) // max(1, per_set))))
+        # The promise: what is left to the candidate's own allocations while it runs (beside
+        # other lanes, its share); an out-of-memory within it is its own (ledger.py).
+        judge_during = held + (2 * out_b if plan["snapshots"] == "device" else 0)
+        plan["candidate_bytes"] = int(max(0, free - margin - judge_during))
+        # A timing set: its inputs, the reference output, the candidate's and the judge's copy
+        # of it; beside them the reference's own timing keeps two outputs.
+        per_set = in_b + 3 * out_b
+        plan["timing_sets"] = int(max(1, min(8, (free - margin - 2 * out_b) // max(1, per_set))))
         return plan
 
     def snapshot(self, x, plan, trim=None):
@@ -697,6 +770,8 @@ class Judge:
             stage_s[name] = now - t_stage
             t_stage = now
         self.release_cached_memory()  # earlier candidates' blocks: free for the plan and this one
+        if lane["mode"] == "exclusive":
+            self.await_alone(res)
         share = cand.scratch
         lap("take")
         stage_s["take"] += take_s  # the process was taken before the gate (_evaluate_in_lane)
@@ -734,8 +809,11 @@ class Judge:
                 del out0, inputs0
                 if self.cuda:
                     torch.cuda.empty_cache()
+                self.shrink()
                 lane["waited_s"] = round(lane["waited_s"] + self.lock.acquire("exclusive"), 3)
                 lane.update(mode="exclusive", exclusive_why="problem size")
+                self.declare("exclusive")
+                self.await_alone(res)
                 inputs0, out0 = first_set()
                 plan = self.memory_plan(inputs0, out0, ref_model)
             res["memory_plan"] = plan
@@ -772,21 +850,32 @@ class Judge:
                 now = time.monotonic()
                 parts[name] = parts.get(name, 0.0) + now - since
                 return now
+            redraws = 0
             for t, (tseed, variant) in enumerate(trial_inputs if reused is None else []):
                 t_part = time.monotonic()
                 redraw = None
                 if t in REDRAW_TRIALS and params and redraw_to is not None:
                     new = redraw_parameters(ref_model, tseed)
+                    redraws += 1
                     redraw = [describe(p.detach(), share) for p in ref_model.state_dict().values()] \
                         if native else {redraw_to[n]: describe(p.detach(), share)
                                         for n, p in new.items() if n in redraw_to}
-                t_ref = time.perf_counter()
-                inputs, ref, variant = self.reference_run(ref_model, prob, tseed, variant, dtype)
-                ref_s = time.perf_counter() - t_ref
+                # Every answer to this problem meets the same trials: paid by the first (trial_cache.py).
+                key = (seed, str(dtype), tseed, variant, redraws)
+                hit = self.trial_cache.get(prob.__mc_sha__, key, self.device)
+                if hit is not None:
+                    inputs, ref, truth, variant, ref_s = hit
+                    res["trials_shared"] = res.get("trials_shared", 0) + 1
+                    t_part = part("reference", t_part)
+                else:
+                    t_ref = time.perf_counter()
+                    inputs, ref, variant = self.reference_run(ref_model, prob, tseed, variant, dtype)
+                    ref_s = time.perf_counter() - t_ref
+                    t_part = part("reference", t_part)
+                    truth = self.truth_run(ref_model, inputs, ref, plan, res, trim)
+                    self.trial_cache.put(prob.__mc_sha__, key, inputs, ref, truth, variant, ref_s)
                 if t == 0:
                     res["degenerate_reference"] = degenerate(ref)
-                t_part = part("reference", t_part)
-                truth = self.truth_run(ref_model, inputs, ref, plan, res, trim)
                 t_part = part("truth", t_part)
                 shared = [share_value(x, share) for x in inputs]
                 inputs = [v for _, v in shared]  # what the candidate sees (and could write)
@@ -836,12 +925,15 @@ class Judge:
                 res["trials_passed"] = passed
                 del inputs, ref, truth, before, outs, shared
                 part("checks", t_part)
+                if passed == 0:
+                    break  # the first trial failed: the verdict and reward are settled, at one trial's cost
             res["extra_atol"] = extra_atol
             if reused is None:
                 res["mismatch"] = first_mismatch
                 lap("trials")
             if passed < trials:
-                raise Verdict("incorrect", f"{passed}/{trials} trials matched the reference")
+                raise Verdict("incorrect", f"{passed}/{res['trials_total']} trials matched the reference"
+                              + ("" if res["trials_total"] == trials else f" (of {trials}: stopped at the first, which failed)"))
             if req.get("timing", True):
                 if req.get("defer_timing") and self._gate_closed():
                     raise TimingDeferred(f"{passed}/{trials} trials matched; timing held by the trainer",
@@ -852,6 +944,11 @@ class Judge:
         except Verdict as v:
             res.update(verdict=v.verdict, reason=v.reason, rule=v.rule, **v.extra)
         finally:
+            if self.cuda and res.get("verdict") not in (None, "timeout"):  # it answers: not hung
+                try:  # it lets go of what it opened from us: our IPC counters drop (give_back_memory)
+                    cand.request({"op": "close"}, 2)
+                except Exception:
+                    pass  # killed all the same; what it held is found by check_leak
             # Killed now, reaped later: the process's teardown (its CUDA context) overlaps the
             # next candidate's load and trials, and is over before anything is timed.
             cand.signal_kill()
@@ -881,6 +978,7 @@ class Judge:
         Each exit tears down a CUDA context (tenths of a second, more beside others), which
         only delays the caller: SIGKILL cannot be refused, and what the judge leaves behind is
         reaped by init once the judge exits."""
+        self.ledger.close()
         procs = self.spares + self.dying
         for cand in procs:
             cand.signal_kill()
@@ -931,18 +1029,22 @@ class Judge:
         if rep.get("op") == "error":
             verdict = "load_error" if stage == "load" else "runtime_error"
             err = str(rep.get("error", ""))
-            if "out of memory" in err:
+            if "out of memory" in err or "can't allocate memory" in err:
                 if self.lock.beside_others:
                     # Other lanes' candidates may hold the memory it needed: judged again alone.
                     raise Infra(f"the candidate ran out of device memory during {stage} beside "
                                 f"other lanes: {err[:200]}", out_of_memory=True)
-                held = self.verifier_holds_much_memory(cand)
-                if held:
-                    # Published sizes: the candidate ran short of device memory while the
-                    # verifier (this judge, the other lanes' judges, everyone's warm processes)
-                    # held a large share of it. That is the verifier's doing, not the candidate's.
-                    raise Infra(f"the candidate ran out of device memory during {stage} while the "
-                                f"verifier held {held}: {err[:200]}")
+                # A verdict only if the candidate had the GPU to itself: with it gone, the rest of
+                # the verifier (other judges, their processes) holds no more than its contexts.
+                cand.stop()
+                self.reap()
+                ok, detail = self.memory_alone()
+                if not ok:
+                    raise Infra(f"the candidate ran out of memory during {stage} while the rest of "
+                                f"the verifier held {detail['others_bytes'] / 2**30:.1f} GiB "
+                                f"({json.dumps(detail['others'])[:300]}; by process: "
+                                f"{device_processes() if self.cuda else 'cpu'}): {err[:200]}",
+                                out_of_memory=True, not_alone=True)
             raise Verdict(verdict, f"{stage} raised {rep.get('error', '')[:300]}",
                           runtime_error=(rep.get("traceback") or rep.get("error", ""))[-3000:])
         return rep
@@ -1003,6 +1105,8 @@ class Judge:
         work (the GPU's gate, exclusive). The trainer's gate is awaited without holding the
         GPU's, so other lanes' correctness trials go on meanwhile."""
         t0 = time.monotonic()
+        if self.lock.mode != "exclusive" and self.lock.lanes > 1:
+            self.shrink(getattr(self, "judging", None))  # nothing of ours beside whoever times first
         while True:
             self._await_gate_open(t0)
             waited = self.lock.acquire("exclusive")
@@ -1013,6 +1117,9 @@ class Judge:
             self.lock.release()  # the trainer closed it meanwhile: wait again, the GPU free to others
         if getattr(self.args, "timing_gate", ""):
             res["timing_gate_wait_s"] = time.monotonic() - t0
+        self.declare("exclusive")
+        if "memory_promise" not in res or not res["memory_promise"].get("alone"):
+            self.await_alone(res)
 
     def _release_gate(self):
         marker = getattr(self, "_gate_marker", None)
@@ -1348,7 +1455,10 @@ def main():
             reply = {"id": rid, "ok": False, "deferred": True, "passed_trials": e.passed,
                      "infra_error": f"timing deferred: {e}"}
         except Infra as e:
-            reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory}
+            reply = {"id": rid, "ok": False, "infra_error": str(e), "out_of_memory": e.out_of_memory,
+                     "not_alone": e.not_alone}
+            if judge.restart_reason:
+                reply["restart"] = judge.restart_reason
             out.write(json.dumps(reply) + "\n")
             if "health check" in str(e):
                 return 4  # the executor restarts us
@@ -1357,6 +1467,8 @@ def main():
             reply = {"id": rid, "ok": False,
                      "infra_error": f"judge error: {type(e).__name__}: {e}",
                      "traceback": traceback.format_exc()[-3000:]}
+        if judge.restart_reason:  # the executor replaces this judge after this reply
+            reply["restart"] = judge.restart_reason
         out.write(json.dumps(reply) + "\n")
     print(f"judge: at {time.time():.3f} input closed", file=sys.stderr, flush=True)
     judge.shutdown()

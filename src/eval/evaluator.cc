@@ -114,6 +114,7 @@ struct Evaluator::Impl {
   // every lane before it holds one it took more than opts.standby_after_s ago: a hanging or
   // slow candidate, or a problem large enough that correctness trials side by side pay.
   std::map<std::pair<int, int>, Clock::time_point> busy_since;  // (gpu, lane) -> took its item at
+  std::map<std::pair<int, int>, std::string> last_problem;  // (gpu, lane) -> key it judged last
 
   bool may_work(int gpu, int lane) const {  // under mu
     if (!opts.stagger_lanes) return true;
@@ -129,12 +130,21 @@ struct Evaluator::Impl {
   std::optional<Item> take_ready(int gpu, int lane) {
     std::unique_lock lk(mu);
     while (true) {
-      // The first takeable candidate of the lowest priority (Candidate::priority).
+      // The first takeable candidate of the lowest priority (Candidate::priority); of those, one
+      // for the problem this lane judged last: its judge keeps that problem's trial references
+      // (python/musacoder_harness/trial_cache.py), so a problem's answers are judged together.
+      auto& last = last_problem[{gpu, lane}];
+      auto same = [&](const Item& i) { return i.cand.problem && i.cand.problem->key == last; };
       auto best = pending.end();
       if (may_work(gpu, lane))
-        for (auto it = pending.begin(); it != pending.end(); ++it)
-          if ((best == pending.end() || it->cand.priority < best->cand.priority) && may_take(*it)) best = it;
+        for (auto it = pending.begin(); it != pending.end(); ++it) {
+          if (!may_take(*it)) continue;
+          if (best == pending.end() || it->cand.priority < best->cand.priority ||
+              (it->cand.priority == best->cand.priority && same(*it) && !same(*best)))
+            best = it;
+        }
       if (best != pending.end()) {
+        if (best->cand.problem) last = best->cand.problem->key;
         Item item = std::move(*best);
         pending.erase(best);
         ++executing;

@@ -147,6 +147,12 @@ nlohmann::json Executor::call(nlohmann::json req, double timeout_s) {
     }
     if (reply.value("id", -1) != id) continue;  // stale reply of an abandoned request
     if (!reply.value("ok", false) && !judge_->running()) judge_.reset();
+    // The judge holds memory it cannot give back (shared with candidates that died holding it):
+    // replaced by a fresh one before the next request (judge.py, Judge.check_leak).
+    if (judge_ && reply.contains("restart")) {
+      judge_.reset();
+      ++restarts_;
+    }
     return reply;
   }
 }

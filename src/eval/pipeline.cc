@@ -167,6 +167,9 @@ namespace {
 // How often a judge start that ran out of device memory is tried again (1, 2, 4, 8, 16, then
 // every 30 s: about 10 minutes, longer than any published-size candidate judged alone takes).
 constexpr int kStartOutOfMemoryWaits = 25;
+// A candidate that ran out of memory while the rest of the verifier still held memory beside it
+// (the judge says not_alone) is judged alone again, after 2 s, then 4 s; then it is an infra error.
+constexpr int kNotAloneRetries = 2;
 
 double request_timeout_s(const EvalConfig& cfg_) {
   return cfg_.load_timeout_s + cfg_.trials * cfg_.trial_timeout_s +
@@ -208,7 +211,7 @@ void fill_from_judge(EvalResult& r, const nlohmann::json& j, const EvalConfig& c
                         "judge_peak_mem_bytes", "timing_sets_used", "lane", "timing_overhead_us",
                         "timing_open_s", "timing_wall_us_per_iter", "timing_spares_wait_s",
                         "timing_quiesce_s", "timing_spares_paused", "trims", "trimmed_bytes", "cpu_threads",
-                        "trials_reused"})
+                        "trials_reused", "memory_promise", "trials_shared"})
     if (j.contains(k) && !j[k].is_null()) r.judge_details[k] = j[k];
   r.torch_version = j.value("torch_version", "");
   if (j.value("compile_path", std::string("pool")) == "runtime") r.compile_path = "runtime";
@@ -257,6 +260,7 @@ GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate
   // one for the next request, and the rest of the run goes on. Only a judge that cannot start
   // at all makes this GPU unavailable.
   int oom_waits = 0;
+  int not_alone_retries = 0;
   for (int attempt = 0; attempt < 2; ++attempt) {
     try {
       if (!exec_) exec_ = std::make_unique<Executor>(opts_);
@@ -287,6 +291,7 @@ GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate
           r.judge_details["preempted"] = true;
           r.judge_details["preempted_why"] = preempted_why;
         }
+        if (not_alone_retries > 0) r.judge_details["not_alone_retries"] = not_alone_retries;
         return Judged::kDone;
       }
       if (reply.value("deferred", false) && defer_timing) {
@@ -301,9 +306,15 @@ GpuRunner::Judged GpuRunner::execute(const Candidate& c, const PreparedCandidate
       r.verdict = Verdict::kInfraError;
       r.infra_error = reply.value("infra_error", std::string("judge failed"));
       if (reply.value("out_of_memory", false)) {
-        // Beside other lanes' work the memory may simply have been taken: once more alone. Alone,
-        // the same request would fail again.
-        if (opts_.lanes <= 1 || req.value("exclusive", false)) return Judged::kDone;
+        // Beside other lanes' work the memory may simply have been taken: once more alone. Alone
+        // by the gate while the rest of the verifier still held memory (not_alone: the judge's
+        // ledger), again after a pause. Truly alone, the same request would fail again.
+        const bool alone = opts_.lanes <= 1 || req.value("exclusive", false);
+        if (alone && !(reply.value("not_alone", false) && not_alone_retries < kNotAloneRetries)) {
+          if (not_alone_retries > 0) r.judge_details["not_alone_retries"] = not_alone_retries;
+          return Judged::kDone;
+        }
+        if (alone) std::this_thread::sleep_for(std::chrono::seconds(2 << not_alone_retries++));
         req["exclusive"] = true;
         --attempt;  // not counted as the infra retry
         continue;

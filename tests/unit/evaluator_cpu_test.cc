@@ -14,9 +14,14 @@
 #include <cstdio>
 #include <fstream>
 #include <future>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <thread>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "common/fs.h"
 #include "common/subprocess.h"
@@ -40,6 +45,14 @@ EvaluatorOptions cpu_options() {
   o.sandbox_exe = MUSACODER_BINARY;
   o.progress = false;
   return o;
+}
+
+ProblemPtr problem_named(const std::string& stem) {
+  static const auto problems = load_problems(mc::test::cases_dir() + "/problems");
+  for (const auto& p : problems)
+    if (p->stem == stem) return p;
+  ADD_FAILURE() << "no test problem " << stem;
+  return nullptr;
 }
 
 // n honest candidates for `add` (tests/cases/cpu/honest_add.py), sample ids add_0, add_1, ...
@@ -307,6 +320,108 @@ TEST(EvaluatorCpu, JudgeStartOutOfMemoryIsWaitedFor) {
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].verdict, Verdict::kOk) << rows[0].reason << " | " << rows[0].infra_error;
   EXPECT_GE(mc::read_file(count).size(), 5u);  // four starts refused, then one that served
+}
+
+// A process of the verifier that holds memory for the test: its ledger entry (the CPU
+// analogue of another lane's judge holding device memory, python/musacoder_harness/ledger.py)
+// says it holds 50 GiB; it lives until `until` (a shell condition) is true.
+struct LedgerHolder {
+  pid_t pid = -1;
+  LedgerHolder(const mc::fs::path& ledger, const std::string& until) {
+    mc::fs::create_directories(ledger);
+    pid = fork();
+    if (pid == 0) {
+      execl("/bin/sh", "sh", "-c", ("until " + until + "; do sleep 0.05; done; sleep 0.3").c_str(), (char*)nullptr);
+      _exit(127);
+    }
+    mc::write_file_atomic(ledger / (std::to_string(pid) + ".json"),
+                          nlohmann::json{{"pid", pid}, {"state", "waiting"}, {"held_bytes", 50LL << 30},
+                                         {"processes", 1}}.dump());
+  }
+  ~LedgerHolder() {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+};
+
+Candidate memory_hog(const ProblemPtr& add) {
+  Candidate c = candidate_from_file(mc::test::cases_dir() + "/cpu/memory_hog.py", add);
+  c.sample_id = "hog";
+  return c;
+}
+
+// A candidate that runs out of memory while the rest of the verifier holds memory beside it did
+// not get what the plan promised: never a score. It is judged again alone (beside the other lane
+// first, then with the gate held exclusive, twice more after pauses) and stays an infra error.
+TEST(EvaluatorCpu, OutOfMemoryBesideTheVerifiersMemoryIsNeverScored) {
+  auto add = problem_named("1_Add");
+  EvalConfig cfg;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  mc::fs::remove_all(o.scratch_dir);
+  LedgerHolder holder(mc::fs::path(o.scratch_dir) / "gpu0.lock.ledger", "false");
+  Evaluator ev(cfg, o);
+  auto rows = ev.run({memory_hog(add)}, nullptr);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].verdict, Verdict::kInfraError) << rows[0].reason;
+  EXPECT_FALSE(rows[0].reward.has_value());
+  EXPECT_NE(rows[0].infra_error.find("while the rest of the verifier held 50.0 GiB"), std::string::npos)
+      << rows[0].infra_error;
+  EXPECT_EQ(rows[0].judge_details.value("not_alone_retries", 0), 2) << rows[0].judge_details.dump();
+}
+
+// The twin that must still fail: once the other holder gives its memory back (here: as soon as a
+// judge holds the gate exclusive and waits for the others), the same candidate, alone, gets its
+// runtime_error, and the row says it was alone.
+TEST(EvaluatorCpu, OutOfMemoryAloneIsTheCandidatesRuntimeError) {
+  auto add = problem_named("1_Add");
+  EvalConfig cfg;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  mc::fs::remove_all(o.scratch_dir);
+  const auto ledger = mc::fs::path(o.scratch_dir) / "gpu0.lock.ledger";
+  LedgerHolder holder(ledger, "grep -qs '\"exclusive\"' " + ledger.string() + "/*.json");
+  Evaluator ev(cfg, o);
+  auto rows = ev.run({memory_hog(add)}, nullptr);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].verdict, Verdict::kRuntimeError) << rows[0].reason << " | " << rows[0].infra_error;
+  EXPECT_EQ(rows[0].reward, -1.0);
+  const auto& promise = rows[0].judge_details["memory_promise"];
+  EXPECT_TRUE(promise.value("alone", false)) << rows[0].judge_details.dump();
+  EXPECT_GT(promise.value("waited_s", 0.0), 0.0) << promise.dump();
+}
+
+// The answers to one problem share its trials' references (the first answer pays for them,
+// python/musacoder_harness/trial_cache.py), and each still gets its own copy of the inputs: an
+// answer that writes into them is caught, and the honest answer judged after it is not harmed.
+TEST(EvaluatorCpu, AnswersToOneProblemShareItsTrialReferences) {
+  auto add = problem_named("1_Add");
+  EvalConfig cfg;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.skip_static = true;  // the input-writing answer is caught at run time
+  auto cands = honest_adds(add, 2);
+  Candidate writer = candidate_from_file(mc::test::cases_dir() + "/cpu/mutate_input.py", add);
+  writer.sample_id = "writer";
+  cands.insert(cands.begin() + 1, writer);
+  cands.push_back(honest_adds(add, 3).back());  // add_2
+  Evaluator ev(cfg, o);
+  auto rows = ev.run(cands, nullptr);
+  ASSERT_EQ(rows.size(), 4u);
+  std::map<std::string, EvalResult> by;
+  for (auto& r : rows) by[r.sample_id] = r;
+  EXPECT_EQ(by["writer"].verdict, Verdict::kIllegal) << by["writer"].reason;
+  EXPECT_EQ(by["writer"].rule, "input_mutation");
+  for (const char* id : {"add_0", "add_1", "add_2"}) {
+    EXPECT_EQ(by[id].verdict, Verdict::kOk) << id << ": " << by[id].reason << " | " << by[id].infra_error;
+    EXPECT_EQ(by[id].trials_passed, cfg.trials) << id;
+  }
+  // The first honest answer computed its trials; the ones after it were served every trial.
+  EXPECT_EQ(by["add_0"].judge_details.value("trials_shared", 0), 0) << by["add_0"].judge_details.dump();
+  EXPECT_EQ(by["add_1"].judge_details.value("trials_shared", 0), cfg.trials) << by["add_1"].judge_details.dump();
+  EXPECT_EQ(by["add_2"].judge_details.value("trials_shared", 0), cfg.trials);
 }
 
 // GPU indices count within this process's CUDA_VISIBLE_DEVICES (as CUDA's do): under SLURM or

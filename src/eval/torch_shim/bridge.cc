@@ -9,6 +9,7 @@
 // requested by the candidate are made here with ATen, so the run-time legality monitor sees
 // them as it would in a load_inline build.
 #include <dlfcn.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/extension.h>
 
 #include <atomic>
@@ -43,6 +44,13 @@ template <class F>
 mc_shim_tensor* guarded(F&& f) {
   try {
     return wrap(f());
+  } catch (python_error& e) {
+    // Raised by Python code the op reached (the legality monitor's dispatch mode): its message is
+    // built only on request. Without it a candidate's "CUDA out of memory" read as "empty: ", and
+    // the judge could not tell the verifier's memory from the candidate's own failure.
+    e.persist();
+    if (!*e.what()) e.build_message();
+    g_error = e.what();
   } catch (const std::exception& e) {
     g_error = e.what();
   } catch (...) {
