@@ -2,7 +2,7 @@
 # Every GPU test and benchmark in one call (run on the GPU machine, e.g. through the device
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
-#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes, prefill-buckets, real-model and baseline are run by name; train-dp needs
+#   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes, prefill-buckets, real-model, published and baseline are run by name; train-dp needs
 #   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
@@ -225,6 +225,15 @@ for stage in $STAGES; do
         2>&1 | tee "$OUT/get-model.log" || { rc=1; continue; }
       python3 tests/gpu/real_model_parity.py --musacoder "$BIN" --model "$MODELS/$MODEL_NAME" --gguf "$gg" \
         --kernelbench .kb/bench/KernelBench --out "$OUT/real-model" 2>&1 | grep -v "it/s]" | tee "$OUT/real-model.log"
+      [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
+    published)
+      # MooreEval on KernelBench's real level-1 files at their published sizes (carry .kb):
+      # bench/kb_level1's honest, wrong, memory-hog and hanging answers, each verdict against its
+      # `# expect:` line (PUBLISHED_ARGS, e.g. "--answers 8", "--kernelbench .kb/src" for
+      # KernelBench's own harness on the same answers in the same run).
+      # shellcheck disable=SC2086
+      python3 bench/published_sizes.py --musacoder "$BIN" --problems .kb/bench/KernelBench \
+        --out "$OUT/published" ${PUBLISHED_ARGS:-} 2>&1 | tee "$OUT/published.log"
       [ "${PIPESTATUS[0]}" = 0 ] || rc=1 ;;
     baseline)
       # bench-model of a real checkpoint (real-model converts it) on KernelBench at published
