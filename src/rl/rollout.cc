@@ -2,8 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <deque>
-#include <set>
 #include <utility>
 
 #include <c10/core/GradMode.h>
@@ -14,12 +12,13 @@
 #include "common/clock.h"
 #include "common/jsonl.h"
 #include "generate/counter_rng.h"
+#include "rl/pipelined_turns.h"
+#include "rl/rollout_steps.h"
 #include "synth/prompt.h"
 
 namespace mc::rl {
-namespace {
+namespace detail {
 
-using Clock = std::chrono::steady_clock;
 double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // Adds the seconds from its making to its end to *into (when set): a function's time, on every return.
@@ -97,7 +96,8 @@ void stop_after_verdict(Trajectory& t, int max_turns) {
   else if (static_cast<int>(t.turns.size()) >= max_turns) t.stop_reason = "max_turns";
 }
 
-}  // namespace
+}  // namespace detail
+using namespace detail;
 
 int Trajectory::first_pass() const {
   for (size_t k = 0; k < turns.size(); ++k)
@@ -171,7 +171,7 @@ void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& task
   MC_CHECK((carried.empty() && !b.opts.carry_repairs) || b.opts.pipeline, "rollouts: carried repairs need pipelined turns");
   MC_CHECK(!beside_repairs || (carried.empty() && !b.opts.carry_repairs),
            "rollouts: repairs ahead and carried repairs exclude each other");
-  if (b.opts.pipeline) return finish_pipelined(b, tasks, stats, at_first_wait, beside, beside_repairs, carried);
+  if (b.opts.pipeline) return PipelinedTurns(*this, b, tasks, stats, at_first_wait, beside, beside_repairs, carried).run();
   bool waited = false;
   for (;;) {
     if (!b.collected) {
@@ -193,292 +193,6 @@ int RolloutRunner::group_turns(const RolloutBatch& b, size_t p) {
   size_t most = 0;
   for (size_t i = p * g; i < (p + 1) * g; ++i) most = std::max(most, b.traj[i].turns.size());
   return static_cast<int>(most);
-}
-
-void RolloutRunner::finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                                     const std::function<void()>& at_first_wait, RolloutBatch* beside,
-                                     bool beside_repairs, const std::vector<CarriedBatch>& carried) {
-  c10::AutoGradMode no_grad(false);
-  // A batch's answers in this loop: b's own, `beside`'s, and each carried batch's.
-  struct Flow {
-    Flow(RolloutBatch* x, bool s, int d = 0) : b(x), settle(s), due(d) {}
-    RolloutBatch* b;
-    std::set<size_t> judging;  // trajectories whose last answer MooreEval is judging
-    std::map<std::pair<size_t, int>, std::vector<size_t>> twins_of;  // a judged answer -> its twins, waiting
-    int64_t generating = 0;        // answers asked of the engine and not yet sampled
-    std::vector<size_t> to_plant;  // answers to replace by planted ones (tests) once the engine step is over
-    // Verdicts are taken here and a failed answer's next turn asked for at once. Off for
-    // `beside` (but with beside_repairs until b has stopped): its answers are only submitted.
-    bool settle;
-    int due;  // the loop ends once every answer up to this turn has its verdict (b's and carried batches')
-  };
-  Flow own(&b, true, b.opts.carry_repairs ? 1 : b.opts.max_turns), next(beside, beside_repairs);
-  std::deque<Flow> carry;  // (a deque: the engine's callbacks hold on to a Flow's address)
-  for (const CarriedBatch& c : carried) {
-    MC_INTERNAL_ASSERT(c.batch && c.due >= 1 && c.due <= c.batch->opts.max_turns, "rollouts: a carried batch's due turn");
-    carry.emplace_back(c.batch, true, c.due);
-  }
-  std::vector<Flow*> settling = {&own};  // the flows whose verdicts may be due
-  for (Flow& f : carry) settling.push_back(&f);
-  auto generating = [&] {
-    int64_t n = next.generating;
-    for (const Flow* f : settling) n += f->generating;
-    return n;
-  };
-  auto problem_key = [&](const Flow& f, size_t i) -> const std::string& {
-    return tasks[f.b->prompts[f.b->traj[i].prompt].task].problem->key;
-  };
-  std::function<void(Flow&, size_t)> verdict, answered;
-  // Trajectory i's answer, sampled: to MooreEval, or kept for a planted one.
-  auto landed = [&](Flow& f, size_t i, const std::vector<int32_t>& context, const gen::Completion& c) {
-    Trajectory& t = f.b->traj[i];
-    t.turns.push_back(sampled(context, c));
-    t.kv = c.kept;
-    if (stats) stats->generated_tokens += static_cast<int64_t>(c.tokens.size());
-    --f.generating;
-    if (planted_ && planted_->find(problem_key(f, i), f.b->opts.step, static_cast<int>(t.turns.size()), t.sample))
-      f.to_plant.push_back(i);
-    else
-      answered(f, i);
-  };
-  auto pending = [&](const Flow& f, std::pair<size_t, int> answer) {
-    return f.judging.count(answer.first) && static_cast<int>(f.b->traj[answer.first].turns.size()) == answer.second;
-  };
-  auto take_twin = [&](Flow& f, size_t i) { share_twin_verdict(f.b->traj, i, f.b->opts.tag); };
-  // Trajectory i has a new answer: to MooreEval, or the verdict of its twin or of the memory
-  // (unsettled: left for the next finish()).
-  answered = [&](Flow& f, size_t i) {
-    RolloutBatch& x = *f.b;
-    const int turn = static_cast<int>(x.traj[i].turns.size());
-    x.turns = std::max(x.turns, turn);
-    switch (submit_answer(x, i, turn, tasks, stats)) {
-      case Judged::kSubmitted: f.judging.insert(i); break;
-      case Judged::kReused:
-        if (f.settle) verdict(f, i);
-        break;
-      case Judged::kTwin:
-        if (!f.settle) break;
-        if (pending(f, *x.traj[i].turns.back().twin_of)) {
-          f.twins_of[*x.traj[i].turns.back().twin_of].push_back(i);
-        } else {
-          take_twin(f, i);
-          verdict(f, i);
-        }
-        break;
-    }
-  };
-  // Trajectory i's last answer has its verdict: it stops, or its next answer is asked for now.
-  verdict = [&](Flow& f, size_t i) {
-    Trajectory& t = f.b->traj[i];
-    stop_after_verdict(t, f.b->opts.max_turns);
-    if (!t.stop_reason.empty()) return let_go(t);
-    const int turn = static_cast<int>(t.turns.size()) + 1;
-    gen::GenerationRequest r;
-    if (!next_request(*f.b, i, turn, &r, stats)) return;
-    if (stats && generating() > 0) ++stats->asked_while_decoding;
-    if (stats && &f == &next) ++stats->asked_ahead;
-    ++f.generating;
-    std::vector<int32_t> context = r.prompt;
-    engine_.add(std::move(r), [&landed, fp = &f, i, context = std::move(context)](int, const gen::Completion& c) {
-      landed(*fp, i, context, c);
-    });
-  };
-  auto arrived = [&](Flow& f, size_t id, eval::EvalResult r) {
-    RolloutBatch& x = *f.b;
-    const size_t i = id - x.id_base;
-    f.judging.erase(i);
-    TurnRecord& rec = x.traj[i].turns.back();
-    rec.result = std::move(r);
-    if (x.opts.memory) x.opts.memory->remember(problem_identity(*tasks[x.prompts[x.traj[i].prompt].task].problem), rec.text, rec.result);
-    std::vector<size_t> twins;
-    if (auto it = f.twins_of.find({i, static_cast<int>(x.traj[i].turns.size())}); it != f.twins_of.end()) {
-      twins = std::move(it->second);
-      f.twins_of.erase(it);
-    }
-    verdict(f, i);
-    for (size_t j : twins) {
-      take_twin(f, j);
-      verdict(f, j);
-    }
-  };
-  // Batch f's first turn to the engine, every prompt checked before any is decoded.
-  auto add_first_turn = [&](Flow& f) {
-    RolloutBatch& x = *f.b;
-    const size_t g = static_cast<size_t>(x.opts.group_size);
-    std::vector<gen::GenerationRequest> first;
-    for (size_t p = 0; p < x.prompts.size(); ++p) first.push_back(first_request(x, p, tasks));
-    for (size_t p = 0; p < first.size(); ++p) {
-      std::vector<int32_t> context = first[p].prompt;
-      f.generating += static_cast<int64_t>(g);
-      engine_.add(std::move(first[p]), [&landed, fp = &f, p, g, context = std::move(context)](int sample, const gen::Completion& c) {
-        landed(*fp, p * g + static_cast<size_t>(sample), context, c);
-      });
-    }
-  };
-
-  // Where start() (or a checkpoint, or the last finish() beside or carrying) left a batch: no
-  // turn yet (the first is decoded here), its running trajectories' last answers being judged,
-  // or judged.
-  auto pick_up = [&](Flow& f) {
-    RolloutBatch& x = *f.b;
-    std::vector<Trajectory>& traj = x.traj;
-    std::vector<size_t> ready;
-    if (x.turns == 0) {
-      add_first_turn(f);
-    } else if (!x.collected) {
-      for (size_t i : x.answering)
-        if (!traj[i].turns.back().twin_of && !traj[i].turns.back().reused) f.judging.insert(i);
-      for (size_t i : x.answering) {
-        const TurnRecord& rec = traj[i].turns.back();
-        if (rec.twin_of && pending(f, *rec.twin_of)) f.twins_of[*rec.twin_of].push_back(i);
-        else if (rec.twin_of || rec.reused) ready.push_back(i);
-      }
-    } else {
-      for (size_t i = 0; i < traj.size(); ++i)
-        if (traj[i].stop_reason.empty() && !traj[i].turns.empty()) ready.push_back(i);
-    }
-    x.answering.clear();
-    x.twins.clear();
-    for (size_t i : ready) {
-      if (traj[i].turns.back().twin_of) take_twin(f, i);
-      verdict(f, i);
-    }
-  };
-  for (Flow& f : carry) pick_up(f);
-  pick_up(own);
-  // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
-  // MooreEval as they land, as generate_turn's would.
-  if (beside) {
-    MC_INTERNAL_ASSERT(beside->turns == 0 && beside->collected, "rollouts: the batch decoded beside has begun already");
-    add_first_turn(next);
-  }
-
-  bool held = false, waited = false;
-  auto hold = [&](bool h) {
-    if (b.opts.hold_judges && h != held) verifier_.hold(h);
-    held = h;
-  };
-  std::vector<size_t> ids;
-  auto judging_ids = [&] {  // the verdicts this loop takes: each settled flow's (b's, carried, beside's)
-    ids.clear();
-    for (const Flow* f : settling)
-      if (f->settle)
-        for (size_t i : f->judging) ids.push_back(f->b->id_base + i);
-    if (next.settle)
-      for (size_t i : next.judging) ids.push_back(beside->id_base + i);
-    return ids;
-  };
-  // Verifier ids are id_base + trajectory: each batch's range tells whose an answer is.
-  auto in = [](const RolloutBatch* x, size_t id) { return x && id >= x->id_base && id - x->id_base < x->traj.size(); };
-  auto flow_of = [&](size_t id) -> Flow& {
-    if (in(beside, id)) return next;
-    for (Flow& f : carry)
-      if (in(f.b, id)) return f;
-    return own;
-  };
-  // Flow f is through its due turn: no running trajectory has an answer up to that turn still to
-  // come or awaiting its verdict (MooreEval's, or a twin's). A failed answer at the due turn whose
-  // next turn is asked for is through it.
-  std::vector<char> waiting;
-  auto due = [&](const Flow& f) {
-    const std::vector<Trajectory>& tr = f.b->traj;
-    waiting.assign(tr.size(), 0);
-    for (size_t i : f.judging) waiting[i] = 1;
-    for (const auto& [answer, twins] : f.twins_of)
-      for (size_t j : twins) waiting[j] = 1;
-    const size_t d = static_cast<size_t>(f.due);
-    for (size_t i = 0; i < tr.size(); ++i) {
-      if (!tr[i].stop_reason.empty() || tr[i].turns.size() > d) continue;
-      if (tr[i].turns.size() < d || waiting[i]) return false;
-    }
-    return true;
-  };
-  auto done = [&] { return std::all_of(settling.begin(), settling.end(), [&](const Flow* f) { return due(*f); }); };
-  std::vector<Flow*> all = settling;  // every flow, beside's too: planted answers may land in any
-  all.push_back(&next);
-  for (;;) {
-    // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
-    if (own.judging.empty() && own.generating == 0) next.settle = false;
-    // Once `beside`'s first turn is decoded, a batch through its due turn (b's first answers
-    // judged, a carried batch's due turn) leaves its later verdicts to the next step: its repairs
-    // then decode there, beside that step's work, rather than here in thin batches while the
-    // update waits.
-    if (beside && next.generating == 0)
-      for (Flow* f : settling)
-        if (f->settle && f->due < f->b->opts.max_turns && due(*f)) f->settle = false;
-    if (!judging_ids().empty())
-      for (auto& [id, r] : verifier_.collect_ready(ids)) arrived(flow_of(id), id, std::move(r));
-    if (generating() > 0) {  // the judges may not time while our kernels run
-      if (!held) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
-        auto th = Clock::now();
-        hold(true);
-        if (stats) stats->verify_wait_s += since(th);
-      }
-      const bool draining = std::all_of(settling.begin(), settling.end(),
-                                        [](const Flow* f) { return f->judging.empty() && f->generating == 0; });
-      auto t0 = Clock::now();
-      engine_.step();
-      if (stats) {
-        stats->generate_s += since(t0);
-        if (draining) stats->drain_s += since(t0);
-      }
-      for (Flow* f : all)
-        for (size_t i : std::exchange(f->to_plant, {})) {
-          Trajectory& t = f->b->traj[i];
-          plant(t.turns.back(), *planted_->find(problem_key(*f, i), f->b->opts.step, static_cast<int>(t.turns.size()), t.sample),
-                f->b->opts.sampling.temperature);
-          answered(*f, i);
-        }
-      continue;
-    }
-    if (done()) break;
-    hold(false);
-    if (!waited && at_first_wait) {
-      waited = true;
-      at_first_wait();
-      continue;
-    }
-    waited = true;
-    auto t1 = Clock::now();
-    const double wait_began = unix_now();
-    for (auto& [id, r] : verifier_.collect_any(judging_ids())) {
-      count_wait(stats, r, wait_began);
-      arrived(flow_of(id), id, std::move(r));
-    }
-    if (stats) stats->verify_wait_s += since(t1);
-  }
-  hold(false);
-  // Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
-  // memory's): the next finish() takes them.
-  auto leave = [](RolloutBatch& x) {
-    x.answering.clear();
-    x.twins.clear();
-    for (size_t i = 0; i < x.traj.size(); ++i) {
-      if (!x.traj[i].stop_reason.empty()) continue;
-      x.answering.push_back(i);
-      if (x.traj[i].turns.back().twin_of) x.twins.push_back(i);
-    }
-    x.collected = x.answering.empty();
-  };
-  if (beside) leave(*beside);
-  if (!waited && at_first_wait) at_first_wait();
-  for (Flow* f : settling) {
-    RolloutBatch& x = *f->b;
-    if (f->due < x.opts.max_turns) {
-      // Stopped trajectories give their kept caches back; running ones keep theirs (an update in
-      // between gives every kept cache up anyway).
-      for (auto& t : x.traj)
-        if (!t.stop_reason.empty()) let_go(t);
-      leave(x);
-      continue;
-    }
-    MC_INTERNAL_ASSERT(f->twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
-    for (auto& t : x.traj) {
-      if (t.stop_reason.empty()) t.stop_reason = "max_turns";
-      let_go(t);
-    }
-    x.collected = true;
-  }
 }
 
 gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const {

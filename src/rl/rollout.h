@@ -171,6 +171,8 @@ struct RolloutBatch {
   static RolloutBatch from_json(const nlohmann::json& j, const std::map<std::string, size_t>& task_by_key);
 };
 
+class PipelinedTurns;
+
 class RolloutRunner {
  public:
   // All references must outlive the runner. `planted` may be null. Conversations are rendered
@@ -221,12 +223,7 @@ class RolloutRunner {
   std::vector<int32_t> encode_conversation(const std::vector<tok::ChatTurn>& messages) const;
 
  private:
-  // finish() with RolloutOptions::pipeline: one loop that steps the engine, takes each verdict
-  // as it comes and asks for that trajectory's next answer at once. The judges are held while
-  // the engine has work and released while the loop waits for verdicts with nothing to decode.
-  void finish_pipelined(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                        const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
-                        const std::vector<CarriedBatch>& carried);
+  friend class PipelinedTurns;  // finish() with RolloutOptions::pipeline (pipelined_turns.h)
   // Prompt p's first turn: G samples of one request.
   gen::GenerationRequest first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const;
   // Trajectory i's answer at `turn`: its conversation gets the last answer and MooreEval's
