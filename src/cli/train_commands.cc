@@ -85,6 +85,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   r.schedule.kind = "constant";
   r.schedule.lr = 1e-6;
   auto* l = m.rl = m.train->add_subcommand("rl", "multi-turn GRPO through MooreEval (PrimeEcho, Buffered Dynamic Retry, MirrorPop)");
+  l->option_defaults()->group("Data");
   l->add_option("--model", r.model_dir, "Hugging Face model directory to start from (the SFT checkpoint)")->required();
   l->add_option("--problems", r.problems, "folder of KernelBench problems, or the problems.jsonl of `musacoder synth`")->required();
   l->add_option("--out", r.out_dir, "run folder: checkpoints/, metrics.jsonl, tensorboard/, samples/")->required();
@@ -100,10 +101,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                 "the same results: train only on the problems whose turn-1 answers got different rewards there (a group "
                 "with a spread; one solved every time alike has none)");
   l->add_option("--order", r.order, "curriculum (level, then difficulty) or shuffle (per epoch)")->capture_default_str();
+  l->option_defaults()->group("Rollout");
   l->add_option("--group-size", r.group_size, "answers per prompt (G)")->capture_default_str();
   l->add_option("--prompts-per-step", r.prompts_per_step, "prompts per step, over all ranks (repair tasks included)")->capture_default_str();
-  l->add_option("--max-steps", r.max_steps, "steps (wins over --epochs)");
-  l->add_option("--epochs", r.epochs, "passes over the problems")->capture_default_str();
   l->add_option("--temperature", r.temperature)->capture_default_str();
   l->add_option("--top-p", r.top_p)->capture_default_str();
   l->add_option("--max-new-tokens", r.max_new_tokens, "tokens per answer")->capture_default_str();
@@ -112,6 +112,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--max-seq-len", r.max_seq_len, "tokens of a whole conversation (the engine's cache length)")->capture_default_str();
   l->add_option("--max-batch", r.max_batch, "sequences the engine decodes at once")->capture_default_str();
   l->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  l->option_defaults()->group("Algorithm");
   l->add_option("--alpha", r.prime_echo.alpha, "PrimeEcho: weight of the first turn")->capture_default_str();
   l->add_option("--early-bonus", r.prime_echo.early_bonus, "PrimeEcho: bonus for a pass at turn 1")->capture_default_str();
   l->add_option("--early-decay", r.prime_echo.early_decay, "PrimeEcho: the bonus shrinks by this per later turn")->capture_default_str();
@@ -126,6 +127,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--bdr-max-reissues", r.retry.max_reissues, "re-issues before an entry expires")->capture_default_str();
   l->add_flag("--no-mirrorpop", m.no_mirrorpop, "ablation: keep every sequence");
   l->add_option("--mirror-delta", r.mirror_delta, "MirrorPop: drop a sequence whose mean |log ratio| exceeds this")->capture_default_str();
+  l->option_defaults()->group("Optimizer");
   l->add_option("--lr", r.schedule.lr)->capture_default_str();
   l->add_option("--min-lr", r.schedule.min_lr)->capture_default_str();
   l->add_option("--warmup-steps", r.schedule.warmup_steps)->capture_default_str();
@@ -135,6 +137,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--clip-low", r.loss.clip_low, "policy ratio clip below 1 (epsilon low)")->capture_default_str();
   l->add_option("--clip-high", r.loss.clip_high, "policy ratio clip above 1 (epsilon high)")->capture_default_str();
   l->add_option("--kl-coef", r.loss.kl_coef, "k3 KL to the starting model (0: off, no reference loaded)")->capture_default_str();
+  l->option_defaults()->group("Rollout");
   l->add_option("--off-policy", r.off_policy, "0: train on this step's rollouts; 1: on the previous step's (one step stale)")
       ->capture_default_str()->check(CLI::Range(0, 1));
   l->add_flag("--async", r.async,
@@ -176,13 +179,16 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
               "to time it (loaded again and timed once we stop, its trials not repeated): failing answers behind it get "
               "their verdicts meanwhile");
+  l->option_defaults()->group("Optimizer");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
   l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
+  l->option_defaults()->group("Data");
   l->add_option("--anchor-data", m.anchor_data,
                 "SFT-format JSONL (comma-separated or repeated) whose token loss is reported as anchor_loss before "
                 "the first step and after updates: what the run loses of what SFT taught (never trained on)");
   l->add_option("--anchor-every", r.anchor_every, "measure the anchor loss every N steps")->capture_default_str();
+  l->option_defaults()->group("Verifier");
   l->add_option("--verifier", r.verifier_url,
                 "MooreEval service URL (default: in process); it must judge under this run's settings "
                 "(--timing-budget, --speed-weight, --speed-cap), or the run stops naming what differs");
@@ -204,6 +210,9 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--backend", m.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
   l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");
+  l->option_defaults()->group("Run");
+  l->add_option("--max-steps", r.max_steps, "steps (wins over --epochs)");
+  l->add_option("--epochs", r.epochs, "passes over the problems")->capture_default_str();
   l->add_option("--save-every", r.save_every, "checkpoint every N steps (0: only at the end)")->capture_default_str();
   l->add_option("--keep", r.keep_last, "checkpoints kept")->capture_default_str();
   l->add_option("--samples-every", r.samples_every, "write whole trajectories every N steps (0: never)")->capture_default_str();
