@@ -200,6 +200,7 @@ class Judge:
         # The GPU's memory ledger, shared with the same judges (ledger.py).
         self.ledger = Ledger(getattr(args, "gpu_lock", ""))
         self.trial_cache = TrialCache()  # the current problem's trial references (trial_cache.py)
+        self.judging = None  # the candidate process being judged (counted in the ledger)
         self.calib_us = None  # the latest calibration, measured with the GPU to ourselves
         # Spares first: their CUDA contexts are created while the judge creates its own. A
         # standby judge (a lane that judges only while the GPU's others are held up) starts
@@ -413,9 +414,9 @@ class Judge:
                 res["judge_peak_mem_bytes"] = int(torch.cuda.max_memory_allocated(self.device))
             return res
         finally:
-            self.declare("idle")
+            self.declare("idle")  # whatever left: verdict, infra error, preemption
         self.recover_memory()  # outside the except blocks: their tracebacks held the tensors
-        self.declare("idle")
+        self.declare("idle")  # what it holds once recovered
         raise failure
 
     def declare(self, state):
@@ -426,7 +427,7 @@ class Judge:
             self.ledger.declare(state, held, self.own_processes())
 
     def own_processes(self):
-        return 1 + len(self.spares) + len(self.dying) + (1 if getattr(self, "judging", None) else 0)
+        return 1 + len(self.spares) + len(self.dying) + (1 if self.judging is not None else 0)
 
     def give_back_memory(self):
         """Everything this judge keeps cached goes back to the device. Tensors it shared with a
@@ -807,8 +808,6 @@ class Judge:
                 # candidates, judged alone, ran out of memory).
                 self.mark_exclusive(req["problem_path"])
                 del out0, inputs0
-                if self.cuda:
-                    torch.cuda.empty_cache()
                 self.shrink()
                 lane["waited_s"] = round(lane["waited_s"] + self.lock.acquire("exclusive"), 3)
                 lane.update(mode="exclusive", exclusive_why="problem size")
@@ -1106,7 +1105,7 @@ class Judge:
         GPU's, so other lanes' correctness trials go on meanwhile."""
         t0 = time.monotonic()
         if self.lock.mode != "exclusive" and self.lock.lanes > 1:
-            self.shrink(getattr(self, "judging", None))  # nothing of ours beside whoever times first
+            self.shrink(self.judging)  # nothing of ours beside whoever times first
         while True:
             self._await_gate_open(t0)
             waited = self.lock.acquire("exclusive")
