@@ -291,7 +291,7 @@ class RlRun {
   double update(int64_t step, const std::vector<TrainSeq>& batch, StepSums& sums, json events, json* all_events,
                 double* n_tokens);
   void apply_retry_events(int64_t step, json events);
-  void report(int64_t step, const StepRollouts& done, const StepSums& sums, StepFacts f,
+  json report(int64_t step, const StepRollouts& done, const StepSums& sums, StepFacts f,
               std::optional<train::RegionProfiler>& profiler);
   void save(int64_t step);
   // Verifier ids of a step's answers, apart from the next step's (both outstanding with --async).
@@ -335,7 +335,6 @@ class RlRun {
   std::unique_ptr<train::MetricsLog> log_;
   std::ofstream infra_log_;
   RlResult result_;
-  json lastrow_;  // the last step's row (the progress bar's numbers)
 };
 
 // The checkpoint's own version: 2 since it says so (checkpoints without one are version 1 and
@@ -702,8 +701,8 @@ void RlRun::apply_retry_events(int64_t step, json events) {
   }
 }
 
-// Step 6: the row of metrics.jsonl, the profile and the samples.
-void RlRun::report(int64_t step, const StepRollouts& done, const StepSums& sums, StepFacts f,
+// Step 6: the row of metrics.jsonl (returned), the profile and the samples.
+json RlRun::report(int64_t step, const StepRollouts& done, const StepSums& sums, StepFacts f,
                    std::optional<train::RegionProfiler>& profiler) {
   f.prompts = done.prompts;
   f.repairs_drawn = done.repairs_drawn;
@@ -755,7 +754,7 @@ void RlRun::report(int64_t step, const StepRollouts& done, const StepSums& sums,
         out << dump_json(trajectory_json(t, mine[p], tasks_[mine[p].task])) << "\n";
       }
   }
-  lastrow_ = row;
+  return row;
 }
 
 // The step loop. Each step: draw prompts and roll out (1-2), score the groups (3), update the
@@ -801,10 +800,10 @@ RlResult RlRun::run() {
     f.step_s = since(t_step);
     elapsed_ += f.step_s;
     f.engine = gen::stats_between(gen0, engine_->stats());
-    report(step, done, sums, f, profiler);
+    const json row = report(step, done, sums, f, profiler);
     result_.steps = step + 1;
     bar.advance(1, fmt::format("reward {:.3f} pass@t1 {:.2f} gen {:.1f}s verify {:.1f}s train {:.1f}s",
-                               lastrow_["reward_mean"].get<double>(), lastrow_["pass_rate_turn1"].get<double>(),
+                               row["reward_mean"].get<double>(), row["pass_rate_turn1"].get<double>(),
                                f.rollout.generate_s, f.rollout.verify_wait_s, f.train_s));
     if (o_.kill_after_step == step + 1) std::raise(SIGKILL);
     if ((o_.save_every > 0 && (step + 1) % o_.save_every == 0) || step + 1 == sched_.total_steps) save(step + 1);
