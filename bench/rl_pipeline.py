@@ -1,34 +1,22 @@
 #!/usr/bin/env python3
-"""Issue 15's verification target, turn by turn against --pipeline-turns, side by side.
+"""RL's two rollout schedules side by side: `train rl --rollout turns` against `--rollout overlapped`.
 
 Runs `musacoder-model train rl` from one model over the same problems, seeds and steps, once per
-arm: "turns" (each turn waits for all its verdicts), "pipelined" (--pipeline-turns: a failed
-trajectory's next answer is asked for as soon as its verdict is in) and "pipelined-defer" (with
---defer-timing too: a judge gives back an answer that passed while the policy generates, rather
-than hold its lane until it may time it); "async" (--async: the next step's first turn is generated
-while this step's answers are judged, one step off-policy), "async-defer" (all three) and
-"async-defer-eager" (as async-defer, each answer prefilled the moment it is asked for:
---admit-together 1); "turns-cudnn" and "async-defer-cudnn" with --cudnn-attention (libtorch's
-attention choice on the H100 before session 38); "async-defer-ahead" (as async-defer, with
---repairs-ahead: the next step's failed answers get their second turn while this step's last
-verdicts are judged, where the engine would wait idle); "turns-kv" and "async-defer-kv" with
---reuse-kv (a later turn prefills only what its kept cache lacks); "async-defer-kv-exact" as that
-with --exact-prefill (the engine before session 48, which did not pad prefill calls);
-"async-carry-kv" as async-defer-kv with --carry-repairs (a step trains the groups whose answers all
-stopped at turn 1, and the next step finishes and trains those with repair turns); "turns-overlap" and
-"async-defer-kv-overlap" with --overlap-decode (each decode step launched before the last one's
-tokens are read). NAME@K is the K-th repeat of
-arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives each repeated arm's step times
-and their spread, since one run of each arm is not enough to tell arms ~15% apart. With
---max-steps N the last step draws no next step, so N steps' step times hold N steps' work. Each
-run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
+arm: "turns" (each turn waits for all its verdicts, then the next turn is generated) and
+"overlapped" (the next step's first turn is decoded beside this step's turns, a failed answer's
+repair is asked for as soon as its verdict is in, later turns continue their conversation's KV
+cache, and a passing answer's timing waits until the engine stops; one step off-policy).
+NAME@K is the K-th repeat of arm NAME (turns@2, ...), kept apart; SUMMARY.json's "repeats" gives
+each repeated arm's step times and their spread, since one run of each arm does not tell arms
+~15% apart. With --max-steps N the last step draws no next step, so N steps' step times hold N
+steps' work.
+Each run gets its own fresh cache folder, so none finds another's compiles or reference timings. Prints a table per step and writes SUMMARY.json, with
 two measures per arm, over all steps and over steps 2 and on:
 - verify_overhead: the arm's own MooreEval wait over its own generation plus training;
 - overhead_vs_turns: the arm's step time beyond the turn-by-turn arm's generation plus training,
-  over the latter. Pipelined, the engine decodes while verdicts are awaited, so its own
-  generate_s grows (session 34 on the H100: 11 -> 20 s a step) and only this measure compares
-  like with like. Issue 15's target is <= 0.25.
-A third span, "steady" (steps 2 to N-1, with N >= 3), is what a long run sees: under --async the
+  over the latter. Overlapped, the engine decodes while verdicts are awaited, so its own
+  generate_s grows and only this measure compares like with like.
+A third span, "steady" (steps 2 to N-1, with N >= 3), is what a long run sees: overlapped, the
 first step also makes the second's first turn, and the last makes none, so only the middle steps
 hold one step's work each with the pipeline full. A fourth, "filled" (steps 3 to N-1), leaves
 out step 2 too, the first with the pipeline full; and "pooled" sums every run of an arm (NAME@K
@@ -37,7 +25,7 @@ answer token, against turn by turn's generation and training per answer token): 
 rollouts part after step 1, and one with more failed answers has more turns to make.
 Each arm also records its host ("host" in SUMMARY.json): GPU processes not its own seen while
 it ran, and the 1-minute load; an arm beside other GPU work is flagged, since its times are
-that host's (session 37's arms ran beside five RL runs).
+that host's.
 
   python3 bench/rl_pipeline.py --musacoder-model build/musacoder-model --model SFT_DIR \
       --problems synth-rl/problems.jsonl --out /tmp/rl-pipeline --steps 3 -- --level 1 ...
@@ -60,7 +48,7 @@ KEYS = ("generate_s", "verify_wait_s", "drain_s", "train_s", "step_s", "verify_o
 MORE = ("wait_answers", "wait_work_s", "gen_decode_steps", "gen_decode_step_ms", "twin_answers_share", "gen_prefill_s",
         "gen_prefill_calls", "gen_admissions_held", "answer_tokens_mean", "submit_s", "ask_s", "gen_continued",
         "gen_reused_tokens", "gen_prompt_tokens", "gen_kept_evicted", "gen_model_gpu_ms", "gen_prefill_gpu_s",
-        "trained_groups", "carried_groups")
+        "trained_groups")
 
 
 def smi(*query):
@@ -75,8 +63,7 @@ def smi(*query):
 
 def visible_buses():
     """The PCI bus ids of the GPUs CUDA_VISIBLE_DEVICES names (indices or UUIDs), None when it is
-    unset (every GPU is this bench's). A bench given GPU 0 beside a recipe on GPU 1 (session 46,
-    two H200s) is not flagged for the recipe's processes, nor waits on them between arms."""
+    unset (every GPU is this bench's). A bench given GPU 0 beside a recipe on GPU 1 is not flagged for the recipe's processes, nor waits on them between arms."""
     return buses_of(os.environ.get("CUDA_VISIBLE_DEVICES", "").strip())
 
 
@@ -129,8 +116,8 @@ def descendants(root):
 
 def command_of(pid):
     """pid's command line (80 characters), or None once it has exited. A process without one
-    (exiting, or a zombie) is named by its state and parent from /proc, "[616: Z, parent 1]":
-    session 43 flagged an arm for such a process and could not tell whose it was."""
+    (exiting, or a zombie) is named by its state and parent from /proc, "[616: Z, parent 1]",
+    so that a flagged arm says whose it was."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:80]
@@ -145,8 +132,7 @@ def command_of(pid):
 def wait_gpu_released(before, timeout=60.0, every=1.0):
     """Wait until no GPU process is left but those in `before` (what held the GPUs before the
     first arm): an arm's processes may hold their CUDA contexts for a while after it has exited,
-    and the next arm would start beside them (session 43: its second arm's host was flagged for
-    one, most likely the first arm's). Returns (seconds waited, what is left after `timeout`)."""
+    and the next arm would start beside them. Returns (seconds waited, what is left after `timeout`)."""
     t0 = time.time()
     while True:
         left = gpu_pids() - before - {os.getpid()}
@@ -157,8 +143,8 @@ def wait_gpu_released(before, timeout=60.0, every=1.0):
 
 class HostWatch:
     """What else ran on the machine while an arm ran: its 1-minute load, and GPU processes that
-    are not the arm's own (session 37's arms ran beside five RL runs, and their numbers were
-    that host's, not their method's). Sampled every `every` seconds."""
+    are not the arm's own (an arm's numbers beside other GPU work are that host's, not its
+    method's). Sampled every `every` seconds."""
 
     def __init__(self, proc, every=5.0):
         self.proc, self.every, self.loads, self.others, self.exited = proc, every, [], {}, {}
@@ -171,7 +157,7 @@ class HostWatch:
             with open("/proc/loadavg") as f:
                 self.loads.append(float(f.read().split()[0]))
             # The arm's tree before and after nvidia-smi's list: a judge that starts or ends while
-            # the list is taken is still the arm's (session 38 flagged an arm for one such).
+            # the list is taken is still the arm's.
             mine = descendants(self.proc.pid)
             pids = gpu_pids()
             if pids:
@@ -243,7 +229,7 @@ def main():
     ap.add_argument("--problems", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--arms", default="turns,async-defer,async-defer-ahead", help="which runs, in this order")
+    ap.add_argument("--arms", default="turns,overlapped", help="which runs, in this order")
     ap.add_argument("--resume", action="store_true",
                     help="keep the arms OUT/SUMMARY.json already holds from the same model, problems, steps and "
                          "options (SUMMARY.json is written after every arm), run the rest")
@@ -259,32 +245,9 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     summary = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "model": a.model,
                "problems": a.problems, "steps": a.steps, "extra": extra, "arms": {}}
-    flags = {"turns": [], "pipelined": ["--pipeline-turns"],
-             "pipelined-defer": ["--pipeline-turns", "--defer-timing"], "turns-defer": ["--defer-timing"],
-             "async": ["--async"], "async-defer": ["--async", "--pipeline-turns", "--defer-timing"],
-             # async-defer with each answer admitted (prefilled) the moment it is asked for, as
-             # before --admit-together: its prefill calls against async-defer's.
-             "async-defer-eager": ["--async", "--pipeline-turns", "--defer-timing", "--admit-together", "1"],
-             # As before cuDNN attention was turned off (session 38): libtorch's choice on the H100,
-             # which plans every new prompt length anew (64-107 ms a prefill call in session 38).
-             "turns-cudnn": ["--cudnn-attention"],
-             "async-defer-cudnn": ["--async", "--pipeline-turns", "--defer-timing", "--cudnn-attention"],
-             "async-defer-ahead": ["--async", "--pipeline-turns", "--defer-timing", "--repairs-ahead"],
-             # Later turns continue the engine's KV cache of their conversation (--reuse-kv).
-             "turns-kv": ["--reuse-kv"],
-             "async-defer-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv"],
-             # As async-defer-kv before session 48: prefill of exactly the prompts' tokens, each call
-             # a new GEMM shape (the engine now pads a call to one of a few sizes on CUDA).
-             "async-defer-kv-exact": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--exact-prefill"],
-             # async-defer-kv whose steps do not wait for their repairs: groups with repair turns
-             # are finished and trained by the next step (--carry-repairs).
-             "async-carry-kv": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--carry-repairs"],
-             # Each decode step launched before the last one's tokens are read (--overlap-decode),
-             # turn by turn and async-defer-kv (session 52 ran its four arms so, then the default).
-             "turns-overlap": ["--overlap-decode"],
-             "async-defer-kv-overlap": ["--async", "--pipeline-turns", "--defer-timing", "--reuse-kv", "--overlap-decode"]}
-    # NAME@K: the K-th repeat of arm NAME, run and kept apart (session 44: repeats of one arm
-    # differed by ~15% of step time, more than the effects the arms were to show).
+    flags = {"turns": [], "overlapped": ["--rollout", "overlapped"]}
+    # NAME@K: the K-th repeat of arm NAME, run and kept apart (repeats of one arm differ by ~15%
+    # of step time).
     unknown = [arm for arm in a.arms.split(",") if base_of(arm) not in flags]
     if unknown:
         sys.exit(f"--arms: unknown arm(s) {', '.join(unknown)} (known: {', '.join(flags)})")
@@ -332,14 +295,13 @@ def main():
         if rc != 0:
             sys.exit(f"{arm}: train rl exited with {rc} (see {a.out}/{arm}.log)")
         rows = [json.loads(x) for x in open(os.path.join(out, "metrics.jsonl"))]
-        # A --reuse-kv arm in which no prompt continued a kept cache measured the arm without it
-        # (session 44: a device build's trainer object older than its source; the kv arms were
-        # repeats of the plain ones). Said, and kept in the summary.
+        # An overlapped arm in which no prompt continued a kept cache did not run the schedule it
+        # names (a stale build, say). Said, and kept in the summary.
         kv_continued = None
-        if "--reuse-kv" in flag:
+        if "overlapped" in flag:
             kv_continued = sum(r.get("gen_continued") or 0 for r in rows)
             if not kv_continued:
-                print(f"{arm}: --reuse-kv, but no prompt continued a kept cache (no gen_continued in its "
+                print(f"{arm}: overlapped, but no prompt continued a kept cache (no gen_continued in its "
                       f"metrics): this arm ran without KV reuse", flush=True)
         summary["arms"][arm] = {"wall_s": time.time() - t0, "host": host, "waited_for_gpu_s": waited,
                                 "kv_continued": kv_continued,
@@ -356,12 +318,9 @@ def main():
             s["overhead_vs_turns_steady"] = overhead_vs(s["steps"][1:-1], base) if len(s["steps"]) >= 3 else None
             s["overhead_vs_turns_per_token_steady"] = (overhead_vs_per_token(s["steps"][1:-1], base[1:-1])
                                                        if len(s["steps"]) >= 3 else None)
-            # Every step: --repairs-ahead does a later step's work in the step before (its last
-            # step took 0 s in session 40), which the steady steps alone would miscount.
             s["overhead_vs_turns_per_token_all"] = overhead_vs_per_token(s["steps"], base)
-            # Steps 3 to N-1: steady once the pipeline has filled. Under --async step 2 is the first
-            # with a full pipeline, and its MooreEval tail (19.5-20.4 s in both async runs of
-            # session 44, 1.2-4.4 s in their later steps) weighs one sixth of an 8-step window.
+            # Steps 3 to N-1: steady once the pipeline has filled. Overlapped, step 2 is the first
+            # with a full pipeline, and its MooreEval tail weighs one sixth of an 8-step window.
             s["overhead_vs_turns_per_token_filled"] = (overhead_vs_per_token(s["steps"][2:-1], base[2:-1])
                                                        if len(s["steps"]) >= 4 else None)
     # Every run of an arm (NAME and its NAME@K repeats), grouped.
@@ -375,7 +334,7 @@ def main():
         if len(v) > 1:
             summary["repeats"][b] = {"step_s": v, "mean": sum(v) / len(v), "spread": (max(v) - min(v)) / min(v)}
     # Every run of an arm against every turn-by-turn run, pooled (steps, tokens and times summed
-    # over the runs), per token: one run of each was within the spread of a repeat (session 44).
+    # over the runs), per token: one run of each is within the spread of a repeat.
     turns_runs = runs_of.get("turns", [])
     summary["pooled"] = {}
     if turns_runs and len(turns_runs[0]["steps"]) >= 4:

@@ -65,21 +65,27 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
       ->envname("MUSACODER_CUDA_ARCH");
 }
 
-void add_judge_options(CLI::App* app, RunOptions& o) {
-  app->add_option("--gpus", o.gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")->capture_default_str()->envname("MUSACODER_GPUS");
-  app->add_option("--device", o.device, "judges on cuda, or cpu (tests)")
+void add_judge_options(CLI::App* app, RunOptions& o, const std::string& prefix) {
+  app->add_option("--" + prefix + "gpus", o.gpus,
+                  "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")
+      ->capture_default_str()->envname("MUSACODER_GPUS");
+  app->add_option("--" + prefix + "device", o.device, "judges on cuda, or cpu (tests)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
   app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")->envname("MUSACODER_CACHE_DIR");
-  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")->capture_default_str();
-  app->add_option("--trial-timeout", o.cfg.trial_timeout_s, "seconds per correctness trial")->capture_default_str();
-  app->add_option("--spares", o.spares, "warm candidate processes per judge")->envname("MUSACODER_SPARES");
+  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
+      ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
+  app->add_option("--trial-timeout", o.cfg.trial_timeout_s, "seconds per correctness trial")
+      ->capture_default_str()->envname("MUSACODER_TRIAL_TIMEOUT");
+  app->add_option("--compile-workers", o.compile_workers, "compile threads (0: MUSACODER_COMPILE_WORKERS, else half the cores)");
+  app->add_option("--spares", o.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
+      ->envname("MUSACODER_SPARES");
   app->add_option("--lanes", o.lanes, "judges per GPU: correctness trials of several candidates at once, timing "
                   "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
   app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
       ->envname("MUSACODER_CUDA_ARCH");
-  app->add_option("--backend", o.backend, "cuda, or musa (Moore Threads; needs mcc and torch_musa)")
+  app->add_option("--backend", o.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
       ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
-  app->add_flag("--no-progress", o.no_progress, "no progress bars");
+  if (prefix.empty()) app->add_flag("--no-progress", o.no_progress, "no progress bars");
 }
 
 eval::EvaluatorOptions evaluator_options(RunOptions& o) {

@@ -41,9 +41,12 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true
 // --stop-loops W of every command that samples (gen::SamplingParams::loop_window,
 // generate/repetition.h).
 void add_stop_loops_option(CLI::App* app, int& loop_window);
-// The in-process judges of commands that verify answers they make or fetch (rft, bench-model):
-// --gpus --device --cache-dir --timing-budget --trial-timeout --spares --lanes --cuda-arch --no-progress.
-void add_judge_options(CLI::App* app, RunOptions& o);
+// The in-process judges of commands that verify answers they make or fetch (rft, bench-model,
+// train rl): --gpus --device --cache-dir --timing-budget --trial-timeout --compile-workers
+// --spares --lanes --cuda-arch --backend, and --no-progress. A command whose own --device and
+// --no-progress are another part's (train rl's policy) gives `prefix` "verify-": the judges'
+// are then --verify-gpus and --verify-device, and the command declares --no-progress itself.
+void add_judge_options(CLI::App* app, RunOptions& o, const std::string& prefix = "");
 eval::EvaluatorOptions evaluator_options(RunOptions& o);
 std::unique_ptr<eval::Evaluator> make_evaluator(RunOptions& o);
 

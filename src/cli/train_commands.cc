@@ -26,13 +26,10 @@ struct TrainCommands::Impl {
   // train rl
   CLI::App* rl = nullptr;
   rl::RlOptions r;
-  std::string verify_device = "cuda", verify_gpus, cache_dir, backend = "cuda";
+  RunOptions judge;  // the judges' options (add_judge_options)
   double rl_bucket_mb = 128;
-  bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false, no_graphs = false;
-  int compile_workers = 0, spares = 0, lanes = 0;
-  bool defer_timing = false;
-  CLI::Option *admit_together = nullptr, *admit_wait_steps = nullptr;  // given only with --pipeline-turns
-  std::string cuda_arch;
+  bool no_primeecho = false, no_bdr = false, no_mirrorpop = false, rl_no_progress = false;
+  std::string rollout = "turns";
   std::vector<std::string> anchor_data;
 };
 
@@ -111,7 +108,13 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--max-turns", r.max_turns, "answers per trajectory (1: single-turn GRPO)")->capture_default_str();
   l->add_option("--max-seq-len", r.max_seq_len, "tokens of a whole conversation (the engine's cache length)")->capture_default_str();
   l->add_option("--max-batch", r.max_batch, "sequences the engine decodes at once")->capture_default_str();
-  l->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
+  l->add_option("--rollout", m.rollout,
+                "turns: each turn is generated whole, then judged, then the next (on-policy; the reference). "
+                "overlapped: the next step's first turn is decoded beside this step's turns, a failed answer's repair "
+                "is asked for as soon as its verdict is in, later turns continue their conversation's KV cache, and a "
+                "passing answer is timed once generation stops (one step off-policy; the faster, docs/rl.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"turns", "overlapped"}));
   l->option_defaults()->group("Algorithm");
   l->add_option("--alpha", r.prime_echo.alpha, "PrimeEcho: weight of the first turn")->capture_default_str();
   l->add_option("--early-bonus", r.prime_echo.early_bonus, "PrimeEcho: bonus for a pass at turn 1")->capture_default_str();
@@ -137,48 +140,6 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_option("--clip-low", r.loss.clip_low, "policy ratio clip below 1 (epsilon low)")->capture_default_str();
   l->add_option("--clip-high", r.loss.clip_high, "policy ratio clip above 1 (epsilon high)")->capture_default_str();
   l->add_option("--kl-coef", r.loss.kl_coef, "k3 KL to the starting model (0: off, no reference loaded)")->capture_default_str();
-  l->option_defaults()->group("Rollout");
-  l->add_option("--off-policy", r.off_policy, "0: train on this step's rollouts; 1: on the previous step's (one step stale)")
-      ->capture_default_str()->check(CLI::Range(0, 1));
-  l->add_flag("--async", r.async,
-              "generate the next step's first turn while this step's answers are judged (one step off-policy, as --off-policy 1)");
-  l->add_flag("--pipeline-turns", r.pipeline_turns,
-              "ask for a trajectory's next turn as soon as its verdict is in, while other answers are still decoded "
-              "(verification hides behind generation; which answers share a decode step then depends on when "
-              "verdicts come)");
-  l->add_flag("--repairs-ahead", r.repairs_ahead,
-              "with --async --pipeline-turns: the next step's failed answers are repaired too while this step's last "
-              "verdicts are judged, not only its first turn decoded (its later turns then may come from the policy "
-              "before this step's update)");
-  l->add_flag("--carry-repairs", r.carry_repairs,
-              "with --pipeline-turns: a step trains the groups whose answers all stopped at turn 1 and hands the "
-              "others on, one turn a step (a group whose answers took k turns trains k-1 steps later), so no step "
-              "waits for its last repairs' verdicts");
-  m.admit_together = l->add_option("--admit-together", r.admit_together,
-                                   "with --pipeline-turns: the engine holds answers asked for one by one until this "
-                                   "many are prefilled in one call (1: each at once)")
-                         ->capture_default_str()
-                         ->check(CLI::PositiveNumber);
-  m.admit_wait_steps = l->add_option("--admit-wait-steps", r.admit_wait_steps,
-                                     "with --pipeline-turns: the most decode steps an answer is held for that (0: none)")
-                           ->capture_default_str()
-                           ->check(CLI::NonNegativeNumber);
-  l->add_flag("--reuse-kv", r.reuse_kv,
-              "a trajectory's next turn continues the engine's KV cache of its conversation: only the feedback "
-              "turn (and what of the answer re-tokenizes differently) is prefilled; caches are dropped at each update");
-  l->add_flag("--cudnn-attention", r.cudnn_attention,
-              "let SDPA use cuDNN attention, libtorch's choice on the H100: it plans each new prompt length anew "
-              "(default off: flash attention)");
-  l->add_flag("--overlap-decode", r.overlap_decode,
-              "launch each decode step before the last one's tokens are read, so the host's work between steps (the "
-              "rollouts' too) runs beside the GPU's (same tokens; bf16 rounding may differ)");
-  l->add_flag("--exact-prefill", r.exact_prefill,
-              "prefill exactly the prompts' tokens, without padding each call to one of a few sizes ("
-              "CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
-  l->add_flag("--defer-timing", m.defer_timing,
-              "a judge whose candidate passed while we generate gives it back and takes the next, rather than wait "
-              "to time it (loaded again and timed once we stop, its trials not repeated): failing answers behind it get "
-              "their verdicts meanwhile");
   l->option_defaults()->group("Optimizer");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
@@ -197,19 +158,14 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
                 "again (0: judge every answer)")
       ->capture_default_str();
   l->add_option("--verifier-token", r.verifier_token, "bearer token for --verifier");
-  l->add_option("--verify-device", m.verify_device, "cuda, or cpu (judges on the CPU: tests)")->capture_default_str();
-  l->add_option("--verify-gpus", m.verify_gpus, "GPUs the judges time on (default: this rank's own, held while it generates and trains)");
-  l->add_option("--timing-budget", r.eval_config.timing_budget_s, "seconds of timing per callable")->capture_default_str();
+  // The judges' options, as every command that judges declares them; --device and --no-progress
+  // here are the policy's, so the judges' GPUs and device are --verify-gpus and --verify-device.
+  m.judge.gpus = "";
+  add_judge_options(l, m.judge, "verify-");
+  l->get_option("--verify-gpus")
+      ->description("GPUs the judges time on (default: this rank's own, held while it generates and trains)");
   l->add_option("--speed-weight", r.eval_config.reward.lambda, "reward weight of the speedup (lambda)")->capture_default_str();
   l->add_option("--speed-cap", r.eval_config.reward.nu_max, "largest paid speedup - 1 (nu_max)")->capture_default_str();
-  l->add_option("--cache-dir", m.cache_dir, "compile cache and reference timings");
-  l->add_option("--compile-workers", m.compile_workers, "compile threads (0: MUSACODER_COMPILE_WORKERS, else half the cores)");
-  l->add_option("--spares", m.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
-      ->envname("MUSACODER_SPARES");
-  l->add_option("--lanes", m.lanes, "judges per verifying GPU (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
-  l->add_option("--backend", m.backend, "the kernels' target: cuda, or musa (Moore Threads; needs mcc and torch_musa)")
-      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
-  l->add_option("--cuda-arch", m.cuda_arch, "compute capability without the dot (default: detect)");
   l->option_defaults()->group("Run");
   l->add_option("--max-steps", r.max_steps, "steps (wins over --epochs)");
   l->add_option("--epochs", r.epochs, "passes over the problems")->capture_default_str();
@@ -251,31 +207,29 @@ std::optional<int> TrainCommands::run() {
   }
   if (*m.rl) {
     auto& r = m.r;
-    MC_CHECK(m.verify_device == "cuda" || m.verify_device == "cpu", "--verify-device: '", m.verify_device, "' is not cuda or cpu");
-    eval::require_backend(m.backend);  // musa: refused with what is missing, never judged on CUDA
-    r.backend = m.backend;
-    MC_CHECK(r.verifier_url.empty() || m.verify_gpus.empty(),
+    const RunOptions& j = m.judge;
+    eval::require_backend(j.backend);  // musa: refused with what is missing, never judged on CUDA
+    r.backend = j.backend;
+    r.eval_config.timing_budget_s = j.cfg.timing_budget_s;
+    r.eval_config.trial_timeout_s = j.cfg.trial_timeout_s;
+    MC_CHECK(r.verifier_url.empty() || j.gpus.empty(),
              "--verifier and --verify-gpus contradict each other: with a service, its workers choose the GPUs");
-    for (const CLI::Option* o : {m.admit_together, m.admit_wait_steps})
-      MC_CHECK(r.pipeline_turns || o->count() == 0, o->get_name(),
-               " holds answers that --pipeline-turns asks for one by one; without it each turn's answers are "
-               "prefilled together already, so it would do nothing");
     for (const auto& d : m.anchor_data)
       for (auto& p : train::split_paths(d)) r.anchor_data.push_back(p);
+    r.rollout = m.rollout == "overlapped" ? rl::Rollout::kOverlapped : rl::Rollout::kTurns;
     r.prime_echo.enabled = !m.no_primeecho;
     r.bdr = !m.no_bdr;
     r.mirror_pop = !m.no_mirrorpop;
     r.progress = !m.rl_no_progress;
-    r.cuda_graphs = !m.no_graphs;
     r.adamw.bucket_elements = static_cast<int64_t>(m.rl_bucket_mb * 1048576 / 4);
     auto& e = r.evaluator;
-    e.device = m.verify_device;
-    e.cache_dir = m.cache_dir.empty() ? default_cache_dir() : m.cache_dir;
-    e.compile_workers = m.compile_workers;
-    e.spares = m.spares;
-    e.lanes = m.lanes;
-    e.defer_timing = m.defer_timing;
-    e.cuda_arch = m.cuda_arch;
+    e.device = j.device;
+    e.cache_dir = j.cache_dir.empty() ? default_cache_dir() : j.cache_dir;
+    e.compile_workers = j.compile_workers;
+    e.spares = j.spares;
+    e.lanes = j.lanes;
+    e.defer_timing = r.rollout == rl::Rollout::kOverlapped;
+    e.cuda_arch = j.cuda_arch;
     e.progress = false;
     e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();
     MC_CHECK(std::filesystem::exists(e.sandbox_exe), "the verifier runs candidates through ", e.sandbox_exe,
@@ -284,11 +238,11 @@ std::optional<int> TrainCommands::run() {
     // the only GPU a launcher bound to the rank).
     int own = train::dist_env_from_environment().local_rank;
     if (c10::Device d = model::parse_device(r.device, own); d.is_cuda()) own = d.index();
-    if (m.verify_gpus.empty()) {
+    if (j.gpus.empty()) {
       e.gpus = {own};
       r.hold_judges = true;  // they share our GPU: no timing while we generate or train
     } else {
-      e.gpus = parse_gpus(m.verify_gpus);
+      e.gpus = parse_gpus(j.gpus);
       r.hold_judges = std::find(e.gpus.begin(), e.gpus.end(), own) != e.gpus.end();
     }
     write_run_record(r.out_dir, "train rl", *m.rl);

@@ -18,7 +18,7 @@ struct Candidate {
   std::string origin;       // "file.py" or "answers.jsonl:12"
   std::string input_error;  // non-empty: why this item cannot be evaluated
   // Lower is judged sooner: the compile pool and the judges take the lowest first, in arrival
-  // order among equals. A trainer with two steps' answers outstanding (train rl --async) gives
+  // order among equals. A trainer with two steps' answers outstanding (train rl --rollout overlapped) gives
   // each its step, so this step's last answers, which the step waits for, are not queued behind
   // the next step's. The caller's, never the answer's; not sent to a service.
   int64_t priority = 0;

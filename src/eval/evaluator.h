@@ -41,7 +41,7 @@ struct EvaluatorOptions {
   // released it is loaded afresh and timed, its trials not repeated (the evaluator keeps what
   // they established; judge_details.trials_reused). At most kMaxTimingDeferrals times, then it
   // waits as without. So failing candidates behind it get their verdicts while the trainer
-  // generates, which is what `train rl --pipeline-turns` needs; a passing one pays a second
+  // generates, which is what `train rl --rollout overlapped` needs; a passing one pays a second
   // load, not its trials twice.
   bool defer_timing = false;
 };

@@ -237,8 +237,7 @@ int64_t gpu_memory_mib(const std::vector<std::string>& gpus) {
 
 namespace {
 
-// A list var's element may itself name a list var (the options every RL arm shares hold
-// {var.rl_pipeline}, itself a list): expanded in turn, so many levels deep at most.
+// A list var's element may itself name a list var: expanded in turn, so many levels deep at most.
 constexpr int kListDepth = 8;
 
 void expand_into(std::vector<std::string>& out, const std::string& arg, const std::map<std::string, std::string>& values,

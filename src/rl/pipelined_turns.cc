@@ -12,25 +12,8 @@ namespace mc::rl {
 using namespace detail;
 
 PipelinedTurns::PipelinedTurns(RolloutRunner& runner, RolloutBatch& b, const std::vector<synth::Task>& tasks,
-                               RolloutStats* stats, const std::function<void()>& at_first_wait, RolloutBatch* beside,
-                               bool beside_repairs, const std::vector<CarriedBatch>& carried)
-    : r_(runner), b_(b), tasks_(tasks), stats_(stats), at_first_wait_(at_first_wait), beside_(beside),
-      own_(&b, true, b.opts.carry_repairs ? 1 : b.opts.max_turns), next_(beside, beside_repairs) {
-  for (const CarriedBatch& c : carried) {
-    MC_INTERNAL_ASSERT(c.batch && c.due >= 1 && c.due <= c.batch->opts.max_turns, "rollouts: a carried batch's due turn");
-    carry_.emplace_back(c.batch, true, c.due);
-  }
-  settling_ = {&own_};
-  for (Flow& f : carry_) settling_.push_back(&f);
-  all_ = settling_;
-  all_.push_back(&next_);
-}
-
-int64_t PipelinedTurns::generating() const {
-  int64_t n = next_.generating;
-  for (const Flow* f : settling_) n += f->generating;
-  return n;
-}
+                               RolloutStats* stats, RolloutBatch* beside)
+    : r_(runner), b_(b), tasks_(tasks), stats_(stats), beside_(beside), own_(&b, true), next_(beside, false) {}
 
 const std::string& PipelinedTurns::problem_key(const Flow& f, size_t i) const {
   return tasks_[f.b->prompts[f.b->traj[i].prompt].task].problem->key;
@@ -84,8 +67,7 @@ void PipelinedTurns::verdict(Flow& f, size_t i) {
   const int turn = static_cast<int>(t.turns.size()) + 1;
   gen::GenerationRequest r;
   if (!r_.next_request(*f.b, i, turn, &r, stats_)) return;
-  if (stats_ && generating() > 0) ++stats_->asked_while_decoding;
-  if (stats_ && &f == &next_) ++stats_->asked_ahead;
+  if (stats_ && own_.generating + next_.generating > 0) ++stats_->asked_while_decoding;
   ++f.generating;
   std::vector<int32_t> context = r.prompt;
   r_.engine_.add(std::move(r), [this, fp = &f, i, context = std::move(context)](int, const gen::Completion& c) {
@@ -93,7 +75,9 @@ void PipelinedTurns::verdict(Flow& f, size_t i) {
   });
 }
 
-void PipelinedTurns::arrived(Flow& f, size_t id, eval::EvalResult r) {
+// A verdict of the step's own batch (the only one whose verdicts this loop takes).
+void PipelinedTurns::arrived(size_t id, eval::EvalResult r) {
+  Flow& f = own_;
   RolloutBatch& x = *f.b;
   const size_t i = id - x.id_base;
   f.judging.erase(i);
@@ -128,9 +112,8 @@ void PipelinedTurns::add_first_turn(Flow& f) {
   }
 }
 
-// Where start() (or a checkpoint, or the last finish() beside or carrying) left a batch: no
-// turn yet (the first is decoded here), its running trajectories' last answers being judged,
-// or judged.
+// Where start() (or a checkpoint, or the last step's finish() beside) left a batch: no turn yet
+// (the first is decoded here), its running trajectories' last answers being judged, or judged.
 void PipelinedTurns::pick_up(Flow& f) {
   RolloutBatch& x = *f.b;
   std::vector<Trajectory>& traj = x.traj;
@@ -162,65 +145,46 @@ void PipelinedTurns::hold(bool h) {
   held_ = h;
 }
 
-// The verdicts this loop takes: each settled flow's (b's, carried, beside's).
-const std::vector<size_t>& PipelinedTurns::judging_ids() {
-  ids_.clear();
-  for (const Flow* f : settling_)
-    if (f->settle)
-      for (size_t i : f->judging) ids_.push_back(f->b->id_base + i);
-  if (next_.settle)
-    for (size_t i : next_.judging) ids_.push_back(beside_->id_base + i);
-  return ids_;
+// The verdicts this loop takes: the step's own batch's.
+std::vector<size_t> PipelinedTurns::judging_ids() const {
+  std::vector<size_t> ids;
+  for (size_t i : own_.judging) ids.push_back(b_.id_base + i);
+  return ids;
 }
 
-// Verifier ids are id_base + trajectory: each batch's range tells whose an answer is.
-PipelinedTurns::Flow& PipelinedTurns::flow_of(size_t id) {
-  auto in = [](const RolloutBatch* x, size_t id) { return x && id >= x->id_base && id - x->id_base < x->traj.size(); };
-  if (in(beside_, id)) return next_;
-  for (Flow& f : carry_)
-    if (in(f.b, id)) return f;
-  return own_;
-}
-
-// Flow f is through its due turn: no running trajectory has an answer up to that turn still to
-// come or awaiting its verdict (MooreEval's, or a twin's). A failed answer at the due turn whose
-// next turn is asked for is through it.
-bool PipelinedTurns::due(const Flow& f) {
-  const std::vector<Trajectory>& tr = f.b->traj;
+// The step's batch has stopped: no running trajectory has an answer still to come or awaiting
+// its verdict (MooreEval's, or a twin's), up to its last turn.
+bool PipelinedTurns::done() {
+  const std::vector<Trajectory>& tr = b_.traj;
   waiting_.assign(tr.size(), 0);
-  for (size_t i : f.judging) waiting_[i] = 1;
-  for (const auto& [answer, twins] : f.twins_of)
+  for (size_t i : own_.judging) waiting_[i] = 1;
+  for (const auto& [answer, twins] : own_.twins_of)
     for (size_t j : twins) waiting_[j] = 1;
-  const size_t d = static_cast<size_t>(f.due);
+  const size_t last = static_cast<size_t>(b_.opts.max_turns);
   for (size_t i = 0; i < tr.size(); ++i) {
-    if (!tr[i].stop_reason.empty() || tr[i].turns.size() > d) continue;
-    if (tr[i].turns.size() < d || waiting_[i]) return false;
+    if (!tr[i].stop_reason.empty() || tr[i].turns.size() > last) continue;
+    if (tr[i].turns.size() < last || waiting_[i]) return false;
   }
   return true;
-}
-
-bool PipelinedTurns::done() {
-  return std::all_of(settling_.begin(), settling_.end(), [&](const Flow* f) { return due(*f); });
 }
 
 // One engine step while anything is asked of it (the judges may not time while our kernels
 // run), then the planted answers (tests) that landed in it. False: nothing to decode.
 bool PipelinedTurns::step_engine() {
-  if (generating() == 0) return false;
+  if (own_.generating + next_.generating == 0) return false;
   if (!held_) {  // hold() waits for a timing under way: MooreEval's time, not the engine's
     auto th = Clock::now();
     hold(true);
     if (stats_) stats_->verify_wait_s += since(th);
   }
-  const bool draining = std::all_of(settling_.begin(), settling_.end(),
-                                    [](const Flow* f) { return f->judging.empty() && f->generating == 0; });
+  const bool draining = own_.judging.empty() && own_.generating == 0;
   auto t0 = Clock::now();
   r_.engine_.step();
   if (stats_) {
     stats_->generate_s += since(t0);
     if (draining) stats_->drain_s += since(t0);
   }
-  for (Flow* f : all_)
+  for (Flow* f : {&own_, &next_})
     for (size_t i : std::exchange(f->to_plant, {})) {
       Trajectory& t = f->b->traj[i];
       r_.plant(t.turns.back(), *r_.planted_->find(problem_key(*f, i), f->b->opts.step, static_cast<int>(t.turns.size()), t.sample),
@@ -236,52 +200,37 @@ void PipelinedTurns::wait_for_verdicts() {
   const double wait_began = unix_now();
   for (auto& [id, r] : r_.verifier_.collect_any(judging_ids())) {
     count_wait(stats_, r, wait_began);
-    arrived(flow_of(id), id, std::move(r));
+    arrived(id, std::move(r));
   }
   if (stats_) stats_->verify_wait_s += since(t1);
 }
 
 void PipelinedTurns::run() {
   c10::AutoGradMode no_grad(false);
-  for (Flow& f : carry_) pick_up(f);
   pick_up(own_);
-  // `beside`'s first turn (--async: the next step's), decoded in this loop. Its answers go to
-  // MooreEval as they land, as generate_turn's would.
+  // `beside`'s first turn (the next step's), decoded in this loop. Its answers go to MooreEval as
+  // they land, as generate_turn's would.
   if (beside_) {
     MC_INTERNAL_ASSERT(beside_->turns == 0 && beside_->collected, "rollouts: the batch decoded beside has begun already");
     add_first_turn(next_);
   }
   for (;;) {
-    // b has stopped: `beside`'s answers still being decoded are finished, and no more asked for.
-    if (own_.judging.empty() && own_.generating == 0) next_.settle = false;
-    // Once `beside`'s first turn is decoded, a batch through its due turn (b's first answers
-    // judged, a carried batch's due turn) leaves its later verdicts to the next step: its repairs
-    // then decode there, beside that step's work, rather than here in thin batches while the
-    // update waits.
-    if (beside_ && next_.generating == 0)
-      for (Flow* f : settling_)
-        if (f->settle && f->due < f->b->opts.max_turns && due(*f)) f->settle = false;
-    if (!judging_ids().empty())
-      for (auto& [id, r] : r_.verifier_.collect_ready(ids_)) arrived(flow_of(id), id, std::move(r));
+    if (!own_.judging.empty())
+      for (auto& [id, r] : r_.verifier_.collect_ready(judging_ids())) arrived(id, std::move(r));
     if (step_engine()) continue;
     if (done()) break;
     hold(false);
-    if (!waited_ && at_first_wait_) {
-      waited_ = true;
-      at_first_wait_();
-      continue;
-    }
-    waited_ = true;
     wait_for_verdicts();
   }
   hold(false);
   end();
 }
 
-// Every running trajectory's last answer awaits its verdict (MooreEval's, a twin's or the
-// memory's): the next finish() takes them.
+// The step's batch is finished; `beside` is left with every answer of its first turn awaiting
+// its verdict (MooreEval's, a twin's or the memory's): the next step's finish() takes them.
 void PipelinedTurns::end() {
-  auto leave = [](RolloutBatch& x) {
+  if (beside_) {
+    RolloutBatch& x = *beside_;
     x.answering.clear();
     x.twins.clear();
     for (size_t i = 0; i < x.traj.size(); ++i) {
@@ -290,26 +239,13 @@ void PipelinedTurns::end() {
       if (x.traj[i].turns.back().twin_of) x.twins.push_back(i);
     }
     x.collected = x.answering.empty();
-  };
-  if (beside_) leave(*beside_);
-  if (!waited_ && at_first_wait_) at_first_wait_();
-  for (Flow* f : settling_) {
-    RolloutBatch& x = *f->b;
-    if (f->due < x.opts.max_turns) {
-      // Stopped trajectories give their kept caches back; running ones keep theirs (an update in
-      // between gives every kept cache up anyway).
-      for (auto& t : x.traj)
-        if (!t.stop_reason.empty()) r_.let_go(t);
-      leave(x);
-      continue;
-    }
-    MC_INTERNAL_ASSERT(f->twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
-    for (auto& t : x.traj) {
-      if (t.stop_reason.empty()) t.stop_reason = "max_turns";
-      r_.let_go(t);
-    }
-    x.collected = true;
   }
+  MC_INTERNAL_ASSERT(own_.twins_of.empty(), "rollouts: an answer's twin waits for a verdict that never came");
+  for (auto& t : b_.traj) {
+    if (t.stop_reason.empty()) t.stop_reason = "max_turns";
+    r_.let_go(t);
+  }
+  b_.collected = true;
 }
 
 }  // namespace mc::rl

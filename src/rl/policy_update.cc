@@ -18,21 +18,6 @@ namespace mc::rl {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-json to_json(const std::vector<TrainSeq>& v) {
-  json a = json::array();
-  for (const auto& q : v)
-    a.push_back({{"tokens", q.tokens}, {"n_context", q.n_context}, {"old_logp", q.old_logp}, {"advantage", q.advantage}});
-  return a;
-}
-
-std::vector<TrainSeq> train_seqs_from_json(const json& a) {
-  std::vector<TrainSeq> v;
-  for (const auto& j : a)
-    v.push_back({j.at("tokens").get<std::vector<int32_t>>(), j.at("n_context").get<size_t>(),
-                 j.at("old_logp").get<std::vector<float>>(), j.at("advantage").get<double>()});
-  return v;
-}
-
 std::vector<TrainSeq> train_sequences(const std::vector<Trajectory>& traj, bool with_kl) {
   std::vector<TrainSeq> out;
   for (const Trajectory& t : traj) {

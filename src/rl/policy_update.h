@@ -19,15 +19,13 @@
 namespace mc::rl {
 
 // What the update needs of a turn-1 answer: its tokens after the prompt's, the rollout
-// policy's log-probs, the advantage. Saved in checkpoints while it waits (--off-policy 1).
+// policy's log-probs, the advantage.
 struct TrainSeq {
   std::vector<int32_t> tokens;  // context + answer
   size_t n_context = 0;
   std::vector<float> old_logp;  // one per answer token
   double advantage = 0;
 };
-nlohmann::json to_json(const std::vector<TrainSeq>& v);
-std::vector<TrainSeq> train_seqs_from_json(const nlohmann::json& a);
 
 // The turn-1 sequences the update runs: scored, with an advantage (or any, with a KL term).
 std::vector<TrainSeq> train_sequences(const std::vector<Trajectory>& traj, bool with_kl);

@@ -63,7 +63,7 @@ void count_wait(RolloutStats* stats, const eval::EvalResult& r, double wait_bega
   // Against compile + the judge's stages, whether the answers waited for queued or were worked on.
   stats->wait_work_s["wall"] += r.wall_s;
   stats->wait_work_s["queued"] += std::max(0.0, r.wall_s - r.compile_s - r.exec_s);
-  // Counts, not seconds: answers a judge gave back because timing was held (--defer-timing; each
+  // Counts, not seconds: answers a judge gave back because timing was held (overlapped; each
   // judged again once timing was released), and how many times. Timing waits for our GPU to be
   // idle, so such answers pile up while the engine decodes and are judged in the waits.
   if (r.judge_details.is_object() && r.judge_details.contains("timing_deferred") &&
@@ -145,7 +145,7 @@ std::vector<Trajectory> RolloutRunner::run(const std::vector<RolloutPrompt>& pro
 }
 
 RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
-                                  const RolloutOptions& o, size_t id_base, RolloutStats* stats, bool first_turn_now) {
+                                  const RolloutOptions& o, size_t id_base, RolloutStats* stats) {
   MC_CHECK(o.group_size >= 1 && o.max_turns >= 1, "rollouts need a group size and max turns >= 1");
   RolloutBatch b;
   b.prompts = prompts;
@@ -159,40 +159,21 @@ RolloutBatch RolloutRunner::start(const std::vector<RolloutPrompt>& prompts, con
       b.traj.push_back(std::move(t));
       b.convo.push_back(prompts[p].messages);
     }
-  if (first_turn_now || !o.pipeline) generate_turn(b, tasks, stats);
+  if (!o.pipeline) generate_turn(b, tasks, stats);
   return b;
 }
 
-void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-                           const std::function<void()>& at_first_wait, RolloutBatch* beside, bool beside_repairs,
-                           const std::vector<CarriedBatch>& carried) {
+void RolloutRunner::finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats, RolloutBatch* beside) {
   MC_CHECK(!beside || b.opts.pipeline, "rollouts: a batch decoded beside another needs pipelined turns");
-  MC_CHECK(beside || !beside_repairs, "rollouts: repairs ahead need a batch beside");
-  MC_CHECK((carried.empty() && !b.opts.carry_repairs) || b.opts.pipeline, "rollouts: carried repairs need pipelined turns");
-  MC_CHECK(!beside_repairs || (carried.empty() && !b.opts.carry_repairs),
-           "rollouts: repairs ahead and carried repairs exclude each other");
-  if (b.opts.pipeline) return PipelinedTurns(*this, b, tasks, stats, at_first_wait, beside, beside_repairs, carried).run();
-  bool waited = false;
+  if (b.opts.pipeline) return PipelinedTurns(*this, b, tasks, stats, beside).run();
   for (;;) {
-    if (!b.collected) {
-      if (!waited && at_first_wait) at_first_wait();
-      waited = true;
-      collect_turn(b, stats);
-    }
+    if (!b.collected) collect_turn(b, stats);
     if (!generate_turn(b, tasks, stats)) break;
   }
-  if (!waited && at_first_wait) at_first_wait();
   for (auto& t : b.traj) {
     if (t.stop_reason.empty()) t.stop_reason = "max_turns";
     let_go(t);
   }
-}
-
-int RolloutRunner::group_turns(const RolloutBatch& b, size_t p) {
-  const size_t g = static_cast<size_t>(b.opts.group_size);
-  size_t most = 0;
-  for (size_t i = p * g; i < (p + 1) * g; ++i) most = std::max(most, b.traj[i].turns.size());
-  return static_cast<int>(most);
 }
 
 gen::GenerationRequest RolloutRunner::first_request(const RolloutBatch& b, size_t p, const std::vector<synth::Task>& tasks) const {
@@ -267,7 +248,7 @@ RolloutRunner::Judged RolloutRunner::submit_answer(RolloutBatch& b, size_t i, in
   c.sample_id = sample_id(o.tag, t, turn);
   c.answer = t.turns.back().text;
   c.origin = "rollout";
-  c.priority = o.step;  // with --async, this step's answers before the next step's
+  c.priority = o.step;  // overlapped, this step's answers before the next step's
   verifier_.submit(b.id_base + i, std::move(c));
   return Judged::kSubmitted;
 }
@@ -299,7 +280,7 @@ bool RolloutRunner::generate_turn(RolloutBatch& b, const std::vector<synth::Task
   for (const Trajectory& t : b.traj)
     MC_CHECK(!t.stop_reason.empty() || static_cast<int>(t.turns.size()) == b.turns,
              "rollouts: turn by turn, every running trajectory must be at the same turn; this batch's trajectories "
-             "reached different turns (pipelined, --repairs-ahead): go on with --pipeline-turns");
+             "reached different turns");
   if (turn > o.max_turns) return false;
   c10::AutoGradMode no_grad(false);
   std::vector<Trajectory>& traj = b.traj;

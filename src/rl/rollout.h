@@ -13,13 +13,11 @@
 // kernels occupy the GPU.
 //
 // A step's rollouts are a RolloutBatch, advanced one turn at a time (generate_turn, then
-// collect_turn), so that the engine can answer for another batch while this one's answers are
-// judged: with --async the trainer generates the next step's first turn at this step's first
-// wait (RolloutRunner::finish's `at_first_wait`).
+// collect_turn); overlapped (RolloutOptions::pipeline, rl/pipelined_turns.h), one loop takes each
+// verdict as it comes, with the next step's batch decoded beside.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -101,15 +99,6 @@ struct RolloutOptions {
   // re-tokenizes differently, is prefilled, instead of the whole conversation. The owner calls
   // the engine's release_kept() when the weights change.
   bool reuse_kv = false;
-  // Pipelined, one turn a step: finish() returns once every turn-1 verdict is in and the engine
-  // has nothing left to decode, leaving the running trajectories with their last answers being
-  // judged. The owner trains the groups that stopped at turn 1 now and hands the batch on to the
-  // next steps' finish() as a CarriedBatch whose `due` turn is one more each step: a group whose
-  // longest trajectory took k turns is trained k - 1 steps after its own. No step waits out a
-  // chain answer -> compile -> repair -> compile; each link has a step's decoding to hide in.
-  // Which step trains a group depends on verdicts, not on when they came: the same run trains
-  // the same groups at the same steps.
-  bool carry_repairs = false;
 };
 
 // Wall time, as spent by whoever passes it (a step's, the next step's first turn included).
@@ -128,8 +117,6 @@ struct RolloutStats {
   // RolloutOptions::pipeline: later answers asked for while the engine was decoding others
   // (their verdict's wait hidden behind that decoding).
   int64_t asked_while_decoding = 0;
-  // finish(..., beside_repairs): the batch beside's later answers asked for in this loop.
-  int64_t asked_ahead = 0;
   // RolloutOptions::pipeline with a batch beside: engine time after this step's own
   // trajectories had all stopped, spent finishing the batch beside's answers already asked for
   // (the step cannot train before they are done: training changes the weights they decode with).
@@ -138,15 +125,6 @@ struct RolloutStats {
   // the engine's completion callback): handing answers to MooreEval (extraction, static checks,
   // the compile's submission) and making later turns' prompts (the conversation tokenized again).
   double submit_s = 0, ask_s = 0;
-};
-
-struct RolloutBatch;
-// An earlier step's batch finished in this step's loop (RolloutOptions::carry_repairs): the loop
-// ends only once every answer of its trajectories up to turn `due` has its verdict (the batch's
-// max_turns: every trajectory stopped).
-struct CarriedBatch {
-  RolloutBatch* batch = nullptr;
-  int due = 0;
 };
 
 // One step's prompts and trajectories, and how far they have got: `turns` turns generated,
@@ -160,8 +138,7 @@ struct RolloutBatch {
   std::map<std::pair<std::string, std::string>, std::pair<size_t, int>> judged;
   int turns = 0;  // the most turns any trajectory has answered
   bool collected = true;
-  // Trajectories whose last answer awaits its verdict: the last turn generated (turn by turn),
-  // or, for a batch left by finish(..., beside_repairs), each at the turn it has reached.
+  // Trajectories whose last answer awaits its verdict: the last turn generated.
   std::vector<size_t> answering;
   std::vector<size_t> twins;  // ... of which share an earlier answer's verdict
   size_t id_base = 0;
@@ -182,41 +159,22 @@ class RolloutRunner {
   // Trajectories prompt by prompt, G each, in order: start, then finish.
   std::vector<Trajectory> run(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
                               const RolloutOptions& o, RolloutStats* stats);
-  // A batch with its first turn generated and submitted; `id_base` keeps its verifier ids apart
-  // from any other batch's still outstanding. With o.pipeline and !first_turn_now, nothing is
-  // generated yet: finish() decodes the first turn in its loop, so that a failed answer's second
-  // turn runs beside the first turn's longest answers (--async's next batch is made now).
+  // A batch with its first turn generated and submitted (with o.pipeline: nothing generated yet;
+  // finish() decodes the first turn in its loop, so that a failed answer's second turn runs
+  // beside the first turn's longest answers). `id_base` keeps its verifier ids apart from any
+  // other batch's still outstanding.
   RolloutBatch start(const std::vector<RolloutPrompt>& prompts, const std::vector<synth::Task>& tasks,
-                     const RolloutOptions& o, size_t id_base, RolloutStats* stats, bool first_turn_now = true);
-  // Collects and generates turn after turn until every trajectory has stopped. `at_first_wait`,
-  // if given, runs exactly once: before the first wait for verdicts, or at the end when there
-  // was none to wait for. `beside` (with b.opts.pipeline; --async): another batch, fresh from
-  // start(..., first_turn_now=false), whose first turn is decoded in the same loop, beside this
-  // batch's turns, each answer going to MooreEval as it lands. finish() returns once this batch
-  // has stopped and `beside`'s answers asked for are sampled, which leaves `beside` as
-  // start(..., first_turn_now=true) would: turn 1 submitted, its verdicts not collected.
-  // `beside_repairs` (--repairs-ahead): `beside`'s verdicts are taken here too, and its failed
-  // answers' next turns asked for at once, so that the engine decodes them while this batch's
-  // last verdicts are judged instead of waiting idle; asking stops when this batch has stopped,
-  // and `beside` is left with each running trajectory's last answer awaiting its verdict, at
-  // whatever turn it has reached.
-  // `carried` (pipelined): earlier steps' batches left by RolloutOptions::carry_repairs, their
-  // verdicts taken and their trajectories answered here; finish() returns only once each is
-  // through its `due` turn. With b.opts.carry_repairs b itself is due through turn 1 (else
-  // through its last) and is left so in turn: b.collected false, `answering` its running
-  // trajectories. Once `beside`'s first turn is decoded, a batch through its due turn takes no
-  // more verdicts in this loop, so that its later turns decode in the next step beside that
-  // step's work rather than here in thin batches while the update waits.
-  void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats,
-              const std::function<void()>& at_first_wait = {}, RolloutBatch* beside = nullptr,
-              bool beside_repairs = false, const std::vector<CarriedBatch>& carried = {});
-  // The most turns a trajectory of group p took: a batch through turn k has every group with
-  // group_turns <= k stopped.
-  static int group_turns(const RolloutBatch& b, size_t p);
+                     const RolloutOptions& o, size_t id_base, RolloutStats* stats);
+  // Collects and generates turn after turn until every trajectory has stopped. `beside` (with
+  // b.opts.pipeline: the next step's batch, fresh from start()) has its first turn decoded in the
+  // same loop, beside this batch's turns, each answer going to MooreEval as it lands; finish()
+  // returns once this batch has stopped and `beside`'s answers are sampled, which leaves
+  // `beside` with turn 1 submitted and its verdicts not collected.
+  void finish(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats, RolloutBatch* beside = nullptr);
   // One step of each: the next turn for every trajectory still going (false: none), and the
   // wait for its verdicts.
-  // generate_turn needs every running trajectory at the same turn (a batch from pipelined turns
-  // may not be: mc::Error); collect_turn waits for every answer of `answering`.
+  // generate_turn needs every running trajectory at the same turn (mc::Error otherwise);
+  // collect_turn waits for every answer of `answering`.
   bool generate_turn(RolloutBatch& b, const std::vector<synth::Task>& tasks, RolloutStats* stats);
   void collect_turn(RolloutBatch& b, RolloutStats* stats);
   // The conversation in the model's chat format with the generation prompt, tokenized.

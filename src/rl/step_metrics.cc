@@ -36,11 +36,6 @@ double StepSums::num(const std::string& k) const {
 }
 void StepSums::merge(const json& other) { merge_into(acc_, other); }
 
-void StepSums::carried(size_t in, size_t out) {
-  add("carried_out", static_cast<double>(out));
-  add("carried_in", static_cast<double>(in));
-}
-
 void StepSums::shared_verdicts(const std::vector<Trajectory>& traj) {
   for (const auto& t : traj)  // answers that shared another's verdict, in this step or an earlier one
     for (const auto& r : t.turns) {
@@ -128,11 +123,7 @@ json StepSums::row(const StepFacts& f) const {
               {"trajectories", num("trajectories")},
               {"infra_trajectories", num("infra_trajectories")},
               {"prompts", static_cast<double>(f.prompts)},
-              // --carry-repairs: groups trained (earlier steps' carried ones included), this
-              // step's groups left to later steps, and earlier steps' trained here.
               {"trained_groups", num("groups")},
-              {"carried_groups", num("carried_out")},
-              {"carried_in_groups", num("carried_in")},
               {"repair_prompts", num("repair_groups")},
               {"all_failed_share", ratio(num("all_failed_groups"), num("groups"))},
               {"zero_signal_share", ratio(num("zero_signal_groups"), num("groups"))},
@@ -174,19 +165,17 @@ json StepSums::row(const StepFacts& f) const {
               {"wait_answers", rs.wait_answers},
               {"wait_work_s", rs.wait_work_s},
               {"asked_while_decoding", rs.asked_while_decoding},
-              {"asked_ahead", rs.asked_ahead},
               {"drain_s", rs.drain_s},
               // Host work of the rollout loop (RolloutStats): answers handed to MooreEval
               // (inside generation: they land in the engine's callbacks) and later turns' prompts.
               {"submit_s", rs.submit_s},
               {"ask_s", rs.ask_s},
-              {"prefetch_generate_s", f.prefetch_s},
               // What waiting for MooreEval adds to generation and training (target: <= 0.25).
               {"verify_overhead", ratio(rs.verify_wait_s, rs.generate_s + f.train_s)},
               {"train_s", f.train_s},
               {"step_s", f.step_s},
               {"gen_tokens_per_s", ratio(static_cast<double>(rs.generated_tokens), rs.generate_s)},
-              // Inside generation (this step's, the next step's first turn included with --async).
+              // Inside generation (this step's, the next step's first turn included when overlapped).
               {"gen_decode_steps", steps},
               {"gen_rows_per_decode_step", ratio(static_cast<double>(gd.decode_rows), steps)},
               {"gen_span_mean", ratio(static_cast<double>(gd.decode_span), steps)},
@@ -203,7 +192,7 @@ json StepSums::row(const StepFacts& f) const {
               {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
               {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
               {"gen_slot_moves", static_cast<double>(gd.slot_moves)},
-              // --reuse-kv: prompts that continued a kept cache, the prompt tokens that spared
+              // Overlapped: prompts that continued a kept cache, the prompt tokens that spared
               // prefilling, of all prompt tokens, and kept caches given up for room.
               {"gen_continued", static_cast<double>(gd.continued)},
               {"gen_reused_tokens", static_cast<double>(gd.reused_tokens)},

@@ -36,14 +36,13 @@ struct StepFacts {
   RetryCounters bdr_before, bdr_after;
   RolloutStats rollout;
   gen::EngineStats engine;  // this step's part of the engine's counters
-  double prefetch_s = 0, train_s = 0, step_s = 0, grad_norm = 0, lr = 0, epoch = 0;
+  double train_s = 0, step_s = 0, grad_norm = 0, lr = 0, epoch = 0;
   bool anchor = false;
   double anchor_loss = 0, anchor_loss_change = 0, anchor_s = 0;
 };
 
 class StepSums {
  public:
-  void carried(size_t in, size_t out);
   void shared_verdicts(const std::vector<Trajectory>& traj);  // twins and remembered verdicts
   void group(const GroupSums& g);
   void trajectories(const std::vector<Trajectory>& traj);

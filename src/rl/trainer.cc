@@ -71,14 +71,6 @@ void check_options(const RlOptions& o) {
   MC_CHECK(o.mirror_delta >= 0, "--mirror-delta must be >= 0");
   MC_CHECK(o.prime_echo.alpha >= 0 && o.prime_echo.alpha <= 1, "--alpha must be in [0, 1]");
   MC_CHECK(o.save_every >= 0 && o.keep_last >= 1 && o.samples_every >= 0, "--save-every and --samples-every must be >= 0, --keep >= 1");
-  MC_CHECK(!(o.async && o.off_policy > 0), "--async and --off-policy ", o.off_policy,
-           " contradict each other: --async already trains on rollouts one step old (use one of them)");
-  MC_CHECK(!o.repairs_ahead || (o.async && o.pipeline_turns),
-           "--repairs-ahead asks for the next step's later turns beside this step's: it needs --async and --pipeline-turns");
-  MC_CHECK(!o.carry_repairs || o.pipeline_turns,
-           "--carry-repairs finishes a step's repair turns in the next steps' pipelined loops: it needs --pipeline-turns");
-  MC_CHECK(!(o.carry_repairs && o.repairs_ahead), "--carry-repairs and --repairs-ahead contradict each other: the next "
-           "step's repairs are asked for in this step, or this step's in the next (use one of them)");
   MC_CHECK(o.keep_solved.empty() || o.keep_varied.empty(),
            "--keep-solved and --keep-varied contradict each other: give one probe filter");
   MC_CHECK(o.verifier_url.empty() || o.evaluator.device == "cuda",
@@ -198,7 +190,8 @@ struct StepRollouts {
   RolloutBatch batch;                // this rank's prompts (batch.prompts) and trajectories
 };
 
-// The next step's rollouts, the answers made so far with their verdicts, saved with a checkpoint (--async).
+// The next step's rollouts, the answers made so far with their verdicts, saved with a checkpoint
+// (Rollout::kOverlapped).
 json to_json(const StepRollouts& s, const std::vector<synth::Task>& tasks) {
   return {{"prompts", s.prompts}, {"global_index", s.global_index}, {"repairs_drawn", s.repairs_drawn},
           {"repairs_skipped", s.repairs_skipped}, {"batch", s.batch.to_json(tasks)}};
@@ -212,45 +205,6 @@ StepRollouts step_rollouts_from_json(const json& j, const std::map<std::string, 
   s.repairs_skipped = j.at("repairs_skipped").get<size_t>();
   s.batch = RolloutBatch::from_json(j.at("batch"), task_by_key);
   return s;
-}
-
-// --carry-repairs: an earlier step's rollouts with groups not trained yet (`groups`, prompt
-// indices), finished by the following steps: a group whose trajectories took k turns at most is
-// trained k - 1 steps after its own. Saved with a checkpoint, its verdicts so far in.
-struct Carried {
-  StepRollouts from;
-  int64_t step = 0;  // 0-based, the step that drew it
-  std::vector<size_t> groups;
-};
-
-json to_json(const std::vector<Carried>& cs, const std::vector<synth::Task>& tasks) {
-  json a = json::array();
-  for (const auto& c : cs) a.push_back({{"step", c.step}, {"groups", c.groups}, {"rollouts", to_json(c.from, tasks)}});
-  return a;
-}
-
-std::vector<Carried> carried_from_json(const json& a, const std::map<std::string, size_t>& task_by_key) {
-  std::vector<Carried> cs;
-  for (const auto& j : a)
-    cs.push_back({step_rollouts_from_json(j.at("rollouts"), task_by_key), j.at("step").get<int64_t>(),
-                  j.at("groups").get<std::vector<size_t>>()});
-  return cs;
-}
-
-// Groups `groups` of `from` (G trajectories each) appended to `into`, their prompts re-indexed;
-// a group's order among the step's (its retry-buffer events are applied in that order) is
-// order_base + its index among its own step's prompts.
-void take_groups(const StepRollouts& from, const std::vector<size_t>& groups, int G, size_t order_base, StepRollouts* into) {
-  for (size_t p : groups) {
-    const size_t q = into->batch.prompts.size();
-    into->batch.prompts.push_back(from.batch.prompts[p]);
-    into->global_index.push_back(order_base + from.global_index[p]);
-    for (int g = 0; g < G; ++g) {
-      Trajectory t = from.batch.traj[p * static_cast<size_t>(G) + static_cast<size_t>(g)];
-      t.prompt = q;
-      into->batch.traj.push_back(std::move(t));
-    }
-  }
 }
 
 json trajectory_json(const Trajectory& t, const RolloutPrompt& p, const synth::Task& task) {
@@ -285,16 +239,14 @@ class RlRun {
   // --- one step
   StepRollouts draw(int64_t step);
   RolloutOptions rollout_options(int64_t step) const;
-  StepRollouts roll_out(int64_t step, RolloutStats* rstats, double* prefetch_s, StepSums& sums);
-  StepRollouts take_trained(StepRollouts cur, int64_t step, const std::vector<CarriedBatch>& carrying, StepSums& sums);
-  std::vector<TrainSeq> to_train(const std::vector<Trajectory>& traj);
+  StepRollouts roll_out(int64_t step, RolloutStats* rstats);
   double update(int64_t step, const std::vector<TrainSeq>& batch, StepSums& sums, json events, json* all_events,
                 double* n_tokens);
   void apply_retry_events(int64_t step, json events);
   json report(int64_t step, const StepRollouts& done, const StepSums& sums, StepFacts f,
               std::optional<train::RegionProfiler>& profiler);
   void save(int64_t step);
-  // Verifier ids of a step's answers, apart from the next step's (both outstanding with --async).
+  // Verifier ids of a step's answers, apart from the next step's (both outstanding, overlapped).
   static size_t id_base(int64_t step) { return static_cast<size_t>(step) << 32; }
   fs::path rank_file(const std::string& dir, const char* what) const {
     return fs::path(dir) / fmt::format("rl-{}-rank{:05d}.json", what, dist_->rank());
@@ -328,18 +280,17 @@ class RlRun {
   int64_t start_ = 0, epoch_ = 0, index_ = 0;
   double elapsed_ = 0;
   std::optional<double> anchor_start_;  // the anchor set's loss before the first step
-  std::optional<StepRollouts> next_;    // --async: the next step's rollouts, first turn generated
-  std::vector<Carried> carried_;        // --carry-repairs: earlier steps' groups with repairs, oldest first
-  std::vector<TrainSeq> pending_;       // --off-policy 1: last step's rollouts, trained this step
+  std::optional<StepRollouts> next_;    // overlapped: the next step's rollouts, first turn decoded
   std::vector<size_t> order_;
   std::unique_ptr<train::MetricsLog> log_;
   std::ofstream infra_log_;
   RlResult result_;
 };
 
-// The checkpoint's own version: 2 since it says so (checkpoints without one are version 1 and
-// load the same way).
-constexpr int kRlStateVersion = 2;
+// The checkpoint's own version. 1 (none written): before it said so. 2: the same state. 3: the
+// rollout schedule by name ("rollout"), where 1-2 said "async"; versions 1-2 load (a run of the
+// removed --off-policy or --carry-repairs is refused, naming why).
+constexpr int kRlStateVersion = 3;
 
 RlRun::RlRun(const RlOptions& o) : o_(o), env_(train::dist_env_from_environment()),
                                    device_(model::parse_device(o.device, env_.local_rank)), main_(env_.rank == 0) {
@@ -368,7 +319,7 @@ RlRun::RlRun(const RlOptions& o) : o_(o), env_(train::dist_env_from_environment(
                            : (o.epochs * static_cast<int64_t>(tasks_.size()) + o.prompts_per_step - 1) / o.prompts_per_step;
   fingerprint_ = {{"problems", fs::absolute(o.problems).string()}, {"tasks", tasks_.size()}, {"seed", o.seed},
                   {"group_size", o.group_size}, {"prompts_per_step", o.prompts_per_step}, {"format", o.format},
-                  {"order", o.order}, {"off_policy", o.off_policy}};
+                  {"order", o.order}};
   if (ckpt_) restore();
   if (main_) {
     fmt::print(stderr,
@@ -437,18 +388,18 @@ void RlRun::load_model() {
   // Cache slots for the sequences a step can decode at once (this rank's prompts x the group;
   // later turns have fewer), not --max-batch's 256: at 16k positions that is 17 GB of cache
   // where 4 would do. A power of two, so the engine's batch buckets stay the same.
-  // With --async --pipeline-turns the next step's first turn is decoded beside this step's: twice.
-  const int64_t per_rank = (o_.prompts_per_step + dist_->world() - 1) / dist_->world() * o_.group_size *
-                           (o_.async && o_.pipeline_turns ? 2 : 1);
+  // Overlapped, the next step's first turn is decoded beside this step's: twice.
+  const bool overlapped = o_.rollout == Rollout::kOverlapped;
+  const int64_t per_rank =
+      (o_.prompts_per_step + dist_->world() - 1) / dist_->world() * o_.group_size * (overlapped ? 2 : 1);
   eo.max_batch = std::min<int64_t>(o_.max_batch, gen::slots_for(per_rank));
   eo.max_seq_len = o_.max_seq_len;
-  eo.cuda_graphs = o_.cuda_graphs;
-  eo.cudnn_attention = o_.cudnn_attention;
-  eo.prefill_buckets = !o_.exact_prefill;
-  eo.overlap = o_.overlap_decode;
-  if (o_.pipeline_turns) {
-    eo.admit_together = o_.admit_together;
-    eo.admit_wait_steps = o_.admit_wait_steps;
+  if (overlapped) {
+    // Answers are asked for one by one as verdicts come: the engine holds them until 8 can be
+    // prefilled in one call, for at most 16 decode steps. Each prefill call otherwise stalls every
+    // running sequence (on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
+    eo.admit_together = 8;
+    eo.admit_wait_steps = 16;
   }
   engine_ = std::make_unique<gen::GenerationEngine>(*model_, tok_.get(), eo);
   runner_ = std::make_unique<RolloutRunner>(*engine_, *model_, *tok_, *verifier_, o_.planted.empty() ? nullptr : &planted_,
@@ -476,16 +427,15 @@ void RlRun::restore() {
       fmt::print(stderr, "rl: {} remembered verdicts were judged under other evaluation settings; judging those answers again\n",
                  memory_->dropped_on_load());
   }
-  MC_CHECK(st.value("async", false) == o_.async, "--resume: the run in ", ckpt_->dir, (o_.async ? " ran without" : " ran with"),
-           " --async (give the same)");
-  if (o_.async && fs::exists(rank_file(ckpt_->dir, "next")))
+  MC_CHECK(!st.value("pending", false) && !st.value("carry_repairs", false), "--resume: the run in ", ckpt_->dir,
+           " ran with --off-policy or --carry-repairs, which this version no longer has (resume it with the version "
+           "that made it)");
+  const std::string made = st.contains("rollout") ? st["rollout"].get<std::string>()
+                                                  : (st.value("async", false) ? "overlapped" : "turns");
+  MC_CHECK(made == rollout_name(o_.rollout), "--resume: the run in ", ckpt_->dir, " ran with --rollout ", made,
+           " (give the same)");
+  if (fs::exists(rank_file(ckpt_->dir, "next")))
     next_ = step_rollouts_from_json(json::parse(std::ifstream(rank_file(ckpt_->dir, "next"))), task_by_key_);
-  MC_CHECK(st.value("carry_repairs", false) == o_.carry_repairs, "--resume: the run in ", ckpt_->dir,
-           (o_.carry_repairs ? " ran without" : " ran with"), " --carry-repairs (give the same)");
-  if (fs::exists(rank_file(ckpt_->dir, "carry")))
-    carried_ = carried_from_json(json::parse(std::ifstream(rank_file(ckpt_->dir, "carry"))), task_by_key_);
-  if (st.contains("pending") && fs::exists(rank_file(ckpt_->dir, "pending")))  // each rank's waiting sequences
-    pending_ = train_seqs_from_json(json::parse(std::ifstream(rank_file(ckpt_->dir, "pending"))));
   if (main_) fmt::print(stderr, "rl: resumed from {} (step {})\n", ckpt_->dir, start_);
 }
 
@@ -493,18 +443,13 @@ void RlRun::save(int64_t step) {
   json st = {{"kind", "rl"}, {"format_version", kRlStateVersion}, {"step", step},
              {"data_position", {{"epoch", epoch_}, {"index", index_}}}, {"retry_buffer", buffer_->to_json()},
              {"elapsed_s", elapsed_}, {"world_size", dist_->world()}, {"fingerprint", fingerprint_},
-             {"total_steps", sched_.total_steps}, {"pending", o_.off_policy > 0}, {"async", o_.async},
-             {"carry_repairs", o_.carry_repairs}};
+             {"total_steps", sched_.total_steps}, {"rollout", rollout_name(o_.rollout)}};
   if (anchor_start_) st["anchor_loss_start"] = *anchor_start_;
   // The next step's answers so far are saved with their verdicts: wait for them.
   if (next_) runner_->collect_turn(next_->batch, nullptr);
-  for (auto& c : carried_) runner_->collect_turn(c.from.batch, nullptr);
   train::save_checkpoint(o_.out_dir, step, *model_, o_.model_dir, *opt_, st, *dist_, static_cast<int>(o_.keep_last),
                          [&](const std::string& dir) {
-                           if (o_.off_policy > 0) std::ofstream(rank_file(dir, "pending")) << to_json(pending_).dump() << "\n";
                            if (next_) std::ofstream(rank_file(dir, "next")) << dump_json(to_json(*next_, tasks_)) << "\n";
-                           if (!carried_.empty())
-                             std::ofstream(rank_file(dir, "carry")) << dump_json(to_json(carried_, tasks_)) << "\n";
                            if (memory_->enabled())
                              std::ofstream(rank_file(dir, "verdicts")) << dump_json(memory_->to_json()) << "\n";
                          });
@@ -563,98 +508,34 @@ RolloutOptions RlRun::rollout_options(int64_t step) const {
   ropt.sampling.max_new_tokens = o_.max_new_tokens;
   ropt.sampling.loop_window = o_.loop_window;
   ropt.hold_judges = o_.hold_judges;
-  ropt.pipeline = o_.pipeline_turns;
-  ropt.reuse_kv = o_.reuse_kv;
-  ropt.carry_repairs = o_.carry_repairs && step + 1 < sched_.total_steps;  // the last step leaves nothing
+  ropt.pipeline = ropt.reuse_kv = o_.rollout == Rollout::kOverlapped;
   ropt.tag = fmt::format("s{}r{}", step, dist_->rank());
   ropt.step = step + 1;
   ropt.memory = memory_->enabled() ? memory_.get() : nullptr;
   return ropt;
 }
 
-// Steps 1-2: this step's prompts and their trajectories, to their last turn. With --async they
-// were drawn and begun during the last step, and the next step's are begun now: whole at this
-// step's first wait, or (pipelined) decoded beside this step's turns in the same loop, with
-// --repairs-ahead their failed answers' next turns too. With --carry-repairs earlier steps'
-// batches are each taken one turn further. What this step trains comes back; the rest is kept.
-StepRollouts RlRun::roll_out(int64_t step, RolloutStats* rstats, double* prefetch_s, StepSums& sums) {
+// Steps 1-2: this step's prompts and their trajectories, to their last turn. Overlapped, they
+// were drawn during the last step and their first turn decoded beside its turns, and the next
+// step's are drawn now and decoded beside this step's.
+StepRollouts RlRun::roll_out(int64_t step, RolloutStats* rstats) {
   StepRollouts cur;
   if (next_) {
     cur = std::move(*next_);
     next_.reset();
   } else {
     cur = draw(step);
-    // Pipelined, its first turn is decoded in finish()'s loop, beside the second turns.
-    cur.batch = runner_->start(cur.batch.prompts, tasks_, rollout_options(step), id_base(step), rstats,
-                               /*first_turn_now=*/false);
+    // Overlapped, its first turn is decoded in finish()'s loop, beside the second turns.
+    cur.batch = runner_->start(cur.batch.prompts, tasks_, rollout_options(step), id_base(step), rstats);
   }
   cur.batch.opts = rollout_options(step);  // a batch loaded from a checkpoint has none saved
-  const bool prefetching = o_.async && step + 1 < sched_.total_steps;
-  const bool beside = prefetching && o_.pipeline_turns;
-  auto draw_next = [&](bool first_turn_now) {
-    StepRollouts n = draw(step + 1);
-    n.batch = runner_->start(n.batch.prompts, tasks_, rollout_options(step + 1), id_base(step + 1), rstats, first_turn_now);
-    next_ = std::move(n);
-  };
-  if (beside) draw_next(/*first_turn_now=*/false);
-  auto prefetch = [&] {
-    if (!prefetching || beside) return;
-    auto t = Clock::now();
-    draw_next(/*first_turn_now=*/true);
-    *prefetch_s = since(t);
-  };
-  // --carry-repairs: earlier steps' batches, each due one turn further than at its last step
-  // (the last step finishes them all).
-  const bool last = step + 1 == sched_.total_steps;
-  std::vector<CarriedBatch> carrying;
-  for (auto& c : carried_) {
-    c.from.batch.opts = rollout_options(c.step);  // (not saved in a checkpoint)
-    const int due = last ? o_.max_turns : static_cast<int>(step - c.step) + 1;
-    MC_INTERNAL_ASSERT(due <= o_.max_turns, "rl: a carried batch outlived its turns");
-    carrying.push_back({&c.from.batch, due});
+  if (o_.rollout == Rollout::kOverlapped && step + 1 < sched_.total_steps) {
+    next_ = draw(step + 1);
+    next_->batch =
+        runner_->start(next_->batch.prompts, tasks_, rollout_options(step + 1), id_base(step + 1), rstats);
   }
-  runner_->finish(cur.batch, tasks_, rstats, prefetch, beside ? &next_->batch : nullptr, beside && o_.repairs_ahead, carrying);
-  return take_trained(std::move(cur), step, carrying, sums);
-}
-
-// What a step trains: each carried batch's groups through their due turn (oldest first), then
-// this step's own that stopped at turn 1 (all of them when it carries nothing).
-StepRollouts RlRun::take_trained(StepRollouts cur, int64_t step, const std::vector<CarriedBatch>& carrying, StepSums& sums) {
-  if (carried_.empty() && !cur.batch.opts.carry_repairs) {
-    sums.carried(0, 0);
-    return cur;
-  }
-  StepRollouts done;
-  size_t carried_in = 0, base = 0;
-  auto take = [&](const StepRollouts& from, std::vector<size_t>& groups, int due) {
-    std::vector<size_t> now, later;
-    for (size_t p : groups) (RolloutRunner::group_turns(from.batch, p) <= due ? now : later).push_back(p);
-    take_groups(from, now, o_.group_size, base, &done);
-    base += from.prompts;
-    groups = std::move(later);
-    return now.size();
-  };
-  for (size_t k = 0; k < carried_.size(); ++k) carried_in += take(carried_[k].from, carried_[k].groups, carrying[k].due);
-  std::vector<size_t> own(cur.batch.prompts.size());
-  std::iota(own.begin(), own.end(), 0);
-  take(cur, own, cur.batch.opts.carry_repairs ? 1 : o_.max_turns);
-  sums.carried(carried_in, own.size());
-  done.prompts = cur.prompts;
-  done.repairs_drawn = cur.repairs_drawn;
-  done.repairs_skipped = cur.repairs_skipped;
-  std::erase_if(carried_, [](const Carried& c) { return c.groups.empty(); });
-  if (!own.empty()) carried_.push_back({std::move(cur), step, std::move(own)});
-  return done;
-}
-
-// This step's turn-1 sequences with a signal; with --off-policy 1 they are trained one step
-// later (after the update they did not see), and last step's are trained now.
-std::vector<TrainSeq> RlRun::to_train(const std::vector<Trajectory>& traj) {
-  std::vector<TrainSeq> fresh = train_sequences(traj, o_.loss.kl_coef != 0);
-  if (o_.off_policy == 0) return fresh;
-  std::vector<TrainSeq> batch = std::move(pending_);
-  pending_ = std::move(fresh);
-  return batch;
+  runner_->finish(cur.batch, tasks_, rstats, next_ ? &next_->batch : nullptr);
+  return cur;
 }
 
 // Steps 4-5, and the merge of every rank's sums: returns the gradient norm; n_tokens is the
@@ -769,7 +650,7 @@ RlResult RlRun::run() {
     const gen::EngineStats gen0 = engine_->stats();
     StepFacts f;
     StepSums sums;
-    StepRollouts done = roll_out(step, &f.rollout, &f.prefetch_s, sums);
+    StepRollouts done = roll_out(step, &f.rollout);
     std::vector<Trajectory>& traj = done.batch.traj;
     sums.shared_verdicts(traj);
     json events = score_groups(traj, done.batch.prompts, done.global_index, tasks_,
@@ -777,12 +658,12 @@ RlResult RlRun::run() {
     log_infra_errors(traj, done.batch.prompts, tasks_, step + 1, infra_log_);
 
     auto t_train = Clock::now();
-    // No judge times on our GPU while we train (with --async the next step's answers are being
+    // No judge times on our GPU while we train (overlapped, the next step's answers are being
     // judged now); compiles and correctness trials go on.
     if (o_.hold_judges) verifier_->hold(true);
     json all_events = json::array();
     double n_tokens = 0;
-    f.grad_norm = update(step, to_train(traj), sums, std::move(events), &all_events, &n_tokens);
+    f.grad_norm = update(step, train_sequences(traj, o_.loss.kl_coef != 0), sums, std::move(events), &all_events, &n_tokens);
     f.lr = sched_.at(step);
     f.train_s = since(t_train);
     if (!anchor_.empty() && (step + 1) % o_.anchor_every == 0) {

@@ -31,6 +31,17 @@
 
 namespace mc::rl {
 
+// kTurns: each turn is generated whole, then its verdicts are awaited, then the next turn is
+// generated: on-policy and reproducible, the reference path (RolloutRunner::finish).
+// kOverlapped: one loop over the engine and the verifier (rl/pipelined_turns.h). A failed
+// answer's repair is asked for as soon as its verdict is in; the next step's first turn is
+// decoded beside this step's turns, so it comes from the policy before this step's update (one
+// step off-policy: MirrorPop drops what drifted); later turns continue the engine's kept cache of
+// their conversation; a judge gives back an answer that passed while the engine runs and times
+// it once it stops. Training never overlaps generation: both use the same weights.
+enum class Rollout { kTurns, kOverlapped };
+inline const char* rollout_name(Rollout r) { return r == Rollout::kOverlapped ? "overlapped" : "turns"; }
+
 struct RlOptions {
   std::string model_dir, problems, out_dir;
   std::string format = "native";  // the solution format prompts ask for
@@ -57,7 +68,8 @@ struct RlOptions {
   int loop_window = 0;         // > 0: stop an answer caught in a loop (generate/repetition.h)
   int64_t max_seq_len = 8192;  // a whole conversation (all turns); the engine's cache length
   int64_t max_batch = 256;     // sequences the engine decodes at once
-  bool cuda_graphs = true;
+  // How a step's rollouts are scheduled (docs/rl.md, "Rollout schedules").
+  Rollout rollout = Rollout::kTurns;
   // Reward.
   PrimeEchoOptions prime_echo;
   // Advantages divide by max(std, this) (rl/advantages.h): reward spreads below it, such as
@@ -73,43 +85,6 @@ struct RlOptions {
   double grad_clip = 0.5;
   PolicyLossOptions loss;      // clip 0.2 / 0.2, KL off
   int64_t micro_batch_tokens = 16384;
-  // 0: train on this step's rollouts. 1: on the previous step's (made before the last update,
-  // as asynchronous generation would make them): one step off-policy, what MirrorPop guards.
-  int off_policy = 0;
-  // Generate the next step's first turn while this step's answers are judged (at the first
-  // wait for verdicts), so that it is judged while this step finishes and trains. Its tokens
-  // come from the policy before this step's update: one step off-policy, like --off-policy 1,
-  // which it excludes. Training never overlaps generation: both use the same weights.
-  bool async = false;
-  // Turns 2 and on pipelined (RolloutOptions::pipeline): a trajectory's next answer is asked for
-  // as soon as its verdict is in, so its verification hides behind other answers' decoding.
-  bool pipeline_turns = false;
-  // With async and pipeline_turns: the next step's verdicts are taken in this step's loop too,
-  // and its failed answers' next turns asked for at once (RolloutRunner::finish's
-  // beside_repairs), from this step's policy as its first turn is. The engine then decodes them
-  // while this step's last verdicts are judged, where it would wait idle. A step's later turns
-  // may so come from the policy before the last update; the loss is on turn 1 (PrimeEcho), and
-  // every token's rollout log-probability is kept for the ratio and MirrorPop either way.
-  bool repairs_ahead = false;
-  // With pipeline_turns: a step trains the groups whose answers all stopped at turn 1 and hands
-  // the others on, one turn a step (RolloutOptions::carry_repairs): a group whose trajectories
-  // took k turns is finished and trained k - 1 steps after its own (one more update later with
-  // --async), so that no step waits for its last repairs' verdicts. Their turn-1 tokens' rollout
-  // log-probabilities are kept for the ratio and MirrorPop. The last step trains what is left.
-  bool carry_repairs = false;
-  // With pipeline_turns, answers are asked for one by one as verdicts come: the engine holds
-  // them (gen::EngineOptions::admit_together) until this many can be prefilled in one call, for
-  // at most admit_wait_steps decode steps. Each prefill call otherwise stalls every running
-  // sequence (on the H100: prefill 1.5-3.3 s of a 7-9 s step, against 0.3 s turn by turn).
-  int admit_together = 8;
-  int admit_wait_steps = 16;
-  bool cudnn_attention = false;  // gen::EngineOptions::cudnn_attention (off: flash, no per-shape plans)
-  bool exact_prefill = false;    // gen::EngineOptions::prefill_buckets off
-  bool overlap_decode = false;   // gen::EngineOptions::overlap
-  // RolloutOptions::reuse_kv: later turns continue the engine's cache of the conversation instead
-  // of prefilling it whole. Kept caches are given up at every update (they hold the old weights'
-  // K/V), so with --async a next step's second turns, asked for after the update, prefill whole.
-  bool reuse_kv = false;
   bool grad_checkpoint = false;
   // Anchor set (SFT-format JSONL, e.g. SFT's held-out data): its mean token loss is measured
   // before the first step and every `anchor_every` steps after the update (anchor_loss and

@@ -368,7 +368,7 @@ def test_list_vars_become_several_arguments(tmp_path):
     recipe.write_text('[vars]\ncommon = ["-a"]\n\n[[stage]]\nname = "a"\ncommands = [["echo", "x{var.common}"]]\n')
     r = mc("recipe", recipe, "--out", tmp_path / "run3", check=False)
     assert r.returncode == 2 and "{var.common} is a list of arguments: it must be a whole argument" in r.stderr, r.stderr
-    # A list inside a list (recipes/small's rl_args holds rl_pipeline): its elements in its place,
+    # A list inside a list: its elements in its place,
     # none while it is empty; a list that names itself is refused.
     recipe.write_text('[vars]\ninner = []\nouter = ["a", "{var.inner}", "b"]\n\n'
                       f'[[stage]]\nname = "a"\ncommands = [["sh", "-c", "printf \'%s|\' \\"$@\\" > {out}", "sh", "{{var.outer}}"]]\n')

@@ -108,8 +108,8 @@ def without_timing(row):
     # Wall-clock times (and which verdicts came after the wait began), and the measured speedups
     # (reward does not use them: --speed-weight 0).
     skip = {"generate_s", "verify_wait_s", "train_s", "step_s", "gen_tokens_per_s", "time", "speedup_geomean_correct",
-            "fast1_share", "prefetch_generate_s", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
-            "asked_while_decoding", "asked_ahead", "drain_s", "submit_s", "ask_s"}
+            "fast1_share", "verify_overhead", "anchor_s", "wait_answers", "wait_work_s",
+            "asked_while_decoding", "drain_s", "submit_s", "ask_s"}
     # gen_*: the engine's clocks, and its counts, which a resumed process (new graphs, a batch
     # made before the checkpoint) splits differently.
     return {k: v for k, v in row.items() if k not in skip and not k.startswith("gen_")}
@@ -232,31 +232,29 @@ def check_gradient_against_pytorch(model_dir, dump, out):
 
 
 def test_resume_equals_uninterrupted(setup):
-    """One step off-policy (the rollouts wait a step for their update, in the checkpoint too),
-    killed after step 2 and resumed from step 1's checkpoint: the same rows and weights."""
+    """Turn by turn, killed after step 2 and resumed from step 1's checkpoint: the same rows and
+    weights."""
     base = setup[0]
     straight, killed = base / "straight", base / "killed"
     # The anchor loss too: its start is measured once and kept in the checkpoint.
     anchor = base / "anchor.jsonl"
     anchor.write_text(json.dumps({"messages": [{"role": "user", "content": "Add two tensors."},
                                                {"role": "assistant", "content": fenced(RELU_OK)}]}) + "\n")
-    args = ("--max-steps", "3", "--save-every", "1", "--off-policy", "1", "--anchor-data", anchor)
+    args = ("--max-steps", "3", "--save-every", "1", "--anchor-data", anchor)
     mc(*rl_args(setup, straight, *args))
     kill_after_step_2(setup, killed, *args)
     assert [x["step"] for x in read_jsonl(killed / "metrics.jsonl")] == [1, 2]
     resume_from_step_1(setup, killed, *args)
-    check_run_record(killed, "train rl", 2, given=("--max-steps", "--off-policy"))
+    check_run_record(killed, "train rl", 2, given=("--max-steps", "--anchor-data"))
     a = assert_same_run(straight, killed)
-    # Step 1 has nothing older to train on. Step 2 trains step 1's rollouts (no update happened
-    # in between: no drift). Step 3 trains step 2's, made before step 2's update (lr 1e-3 here):
-    # their mean |log ratio| is past delta = 0.1, and MirrorPop drops every one.
-    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0 and a[0]["anchor_loss_change"] == 0
-    assert a[1]["anchor_loss_change"] != 0  # after step 2's update
-    assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4 and a[1]["mirrorpop_filtered_share"] == 0
-    assert a[2]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[2]["mirrorpop_filtered_share"] == 1 and not a[2]["updated"]
+    # Every step trains its own answers (on-policy) and moves the anchor loss.
+    for x in a:
+        assert x["updated"] and x["mirrorpop_mean_abs_log_ratio"] < 1e-4 and x["anchor_loss_change"] != 0, x
     # The retry buffer is in the checkpoint too.
     st = json.load(open(killed / "checkpoints" / "step-00000001" / "trainer_state.json"))
     assert [e["problem"] for e in st["retry_buffer"]["entries"]] == ["2_ReLU"]
+    assert st["rollout"] == "turns" and st["format_version"] == 3
+
 
 
 def kill_after_step_2(setup, killed, *args):
@@ -293,27 +291,32 @@ def assert_same_run(straight, killed, steps=3):
     return a
 
 
-def test_async_generates_ahead_and_resumes(setup):
-    """--async: the next step's first turn is generated at this step's first wait for verdicts and
-    judged while this step finishes and trains, so it comes from the policy before this step's
-    update. Killed after step 2 and resumed from step 1's checkpoint, which holds step 2's first
-    turn with its verdicts: the same rows and weights."""
+def test_overlapped_rollouts(setup):
+    """--rollout overlapped: the next step's first turn is decoded beside this step's turns, a
+    failed answer's repair is asked for as soon as its verdict is in, later turns continue the
+    engine's kept cache of their conversation, and a passing answer's timing waits until the
+    engine stops. Step 1 is the turn-by-turn run's step 1 (the same weights sampled it): the same
+    trajectories, verdicts, rewards and update. Step 2's answers were sampled before step 1's
+    update (lr 1e-3 here): MirrorPop sees the drift and drops them all. Killed after step 2 and
+    resumed from step 1's checkpoint, which holds step 2's first turn with its verdicts: the same
+    run."""
     base = setup[0]
-    straight, killed = base / "async", base / "async-killed"
-    args = ("--max-steps", "3", "--save-every", "1", "--async")
-    mc(*rl_args(setup, straight, *args))
-    kill_after_step_2(setup, killed, *args)
-    assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
-    resume_from_step_1(setup, killed, *args)
-    full = read_jsonl(straight / "metrics.jsonl")
-    # Steps 1 and 2 generated the next step's first turn; the last step has none to make.
-    assert full[0]["prefetch_generate_s"] > 0 and full[1]["prefetch_generate_s"] > 0
-    assert full[2]["prefetch_generate_s"] == 0
-    assert all(0 <= x["verify_overhead"] for x in full)
-    a = assert_same_run(straight, killed)
-    # Step 1 trains its own answers (on-policy). Step 2's were sampled before step 1's update
-    # (lr 1e-3 here): MirrorPop sees the drift and drops them all, so step 2 does not update,
-    # and step 3's answers, sampled after it, are on-policy again.
+    args = ("--max-steps", "3", "--save-every", "1", "--grad-clip", "0")
+    ref, out, killed = base / "run", base / "overlapped", base / "overlapped-killed"
+    if not (ref / "metrics.jsonl").exists():
+        mc(*rl_args(setup, ref, *args))
+    mc(*rl_args(setup, out, *args, "--rollout", "overlapped"))
+    a, r = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
+    assert [x["step"] for x in a] == [1, 2, 3]
+    for k in ("verdicts", "reward_mean", "reward_std", "rescued_turn2", "all_failed_share", "trained_tokens",
+              "trained_sequences", "grad_norm", "twin_answers_share", "bdr_added"):
+        assert a[0][k] == pytest.approx(r[0][k], rel=1e-5, abs=1e-7), k
+    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+
+    def turns(run, step):
+        return sorted((t["problem"], t["sample"], t["repair"], [x["verdict"] for x in t["turns"]], t["reward"])
+                      for t in read_jsonl(run / "samples" / f"step-{step:08d}.jsonl"))
+    assert turns(out, 1) == turns(ref, 1)
     assert a[0]["updated"] and a[0]["mirrorpop_mean_abs_log_ratio"] < 1e-4
     assert a[1]["mirrorpop_mean_abs_log_ratio"] > 0.1 and a[1]["mirrorpop_filtered_share"] == 1 and not a[1]["updated"]
     assert a[2]["updated"] and a[2]["mirrorpop_mean_abs_log_ratio"] < 1e-4
@@ -322,22 +325,45 @@ def test_async_generates_ahead_and_resumes(setup):
     # known, still re-issues it.
     assert a[0]["bdr_added"] == 1 and a[1]["repair_prompts"] == 0 and a[1]["bdr_repaired_removed"] == 1
     assert a[2]["repair_prompts"] == 1
-    # Same verdicts as a step of the synchronous run: the first turn's answers and their judging
-    # do not depend on when they were made.
-    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
+    # Answers asked for one by one are held to be prefilled together: the engine's counts are
+    # in every row. Later turns continued their first turn's kept cache.
+    assert all(x["gen_prefill_calls"] >= 1 and x["gen_admissions_held"] >= 0 for x in a)
+    assert sum(x["gen_continued"] for x in a) > 0 and sum(x["gen_reused_tokens"] for x in a) > 0
+    assert all(x["gen_continued"] == 0 for x in r)
+    # The rollout loop's host work: every step handed answers to MooreEval; later turns' prompts
+    # were made for the trajectories that failed.
+    assert all(x["submit_s"] > 0 and x["ask_s"] >= 0 for x in a) and any(x["ask_s"] > 0 for x in a)
+    # Answers given back while timing was held, among those waited for, and how often (at most
+    # three times each): counted where there were any.
+    for row in a:
+        w = row["wait_work_s"]
+        n = w.get("deferred.answers", 0)
+        assert n <= row["wait_answers"] and n <= w.get("deferred.times", 0) <= 3 * n, w
+    kill_after_step_2(setup, killed, *args, "--rollout", "overlapped")
+    assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
+    # A run resumes under the schedule it was made with.
+    bad = mc(*rl_args(setup, killed, *args, "--resume"), check=False)
+    assert bad.returncode != 0 and "--rollout overlapped" in bad.stderr and "give the same" in bad.stderr, bad.stderr[-2000:]
+    resume_from_step_1(setup, killed, *args, "--rollout", "overlapped")
+    assert_same_run(out, killed)
+    assert_same_trajectories(out, killed, later_text=False)
 
 
-def test_async_through_the_service(setup):
-    """--async with MooreEval as a service (`musacoder serve` on loopback): the next step's
-    answers are sent while this step's are outstanding, and each step collects only its own
-    (the service verifier keeps answers it was not asked for). Same verdicts and the same
-    off-policy drop as in process; pipelined, and with --repairs-ahead (the next step's verdicts
-    taken in this step's waits), the same trajectories."""
+def test_overlapped_through_the_service(setup):
+    """Both schedules with MooreEval as a service (`musacoder serve` on loopback). Overlapped, the
+    next step's answers are sent while this step's are outstanding, and each step collects only
+    its own (the service verifier keeps answers it was not asked for). Two runs at once through
+    the one service, as the recipe's RL arms share one: each collects only its own answers, and
+    each is as when run in process."""
     base = setup[0]
-    tmp = base / "serve-async"
+    tmp = base / "serve"
     tmp.mkdir()
-    out = tmp / "run"
-    piped, ahead = tmp / "pipelined", tmp / "ahead"
+    args = ("--max-steps", "3", "--save-every", "1", "--grad-clip", "0")
+    refs = [base / "run", base / "overlapped"]
+    extra = [(), ("--rollout", "overlapped")]
+    for ref, e in zip(refs, extra):
+        if not (ref / "metrics.jsonl").exists():
+            mc(*rl_args(setup, ref, *args, *e))
     with mc_cli.serving(tmp, "--device", "cpu", "--allow-inline-problems", "--cache-dir", base / "cache",
                         "--timing-budget", "0.1", "--speed-weight", "0") as url:
         # The service computes the rewards: one started with other settings than the run's is
@@ -346,36 +372,19 @@ def test_async_through_the_service(setup):
                          timing_budget="0.2"), check=False)
         assert r.returncode != 0 and "timing_budget_s 0.1 there, 0.2 here" in r.stderr, r.stderr[-2000:]
         assert not (tmp / "other" / "metrics.jsonl").exists()
-        mc(*replaced(rl_args(setup, out, "--max-steps", "3", "--async", "--verifier", url), verify_device=None))
-        # --pipeline-turns through the service: no verdict is ready before it is collected, so
-        # the loop waits for all outstanding ones at once, and the run is the same.
-        mc(*replaced(rl_args(setup, piped, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns"),
-                     verify_device=None))
-        # --repairs-ahead through the service: the wait takes both steps' verdicts, each once.
-        mc(*replaced(rl_args(setup, ahead, "--max-steps", "3", "--async", "--verifier", url, "--pipeline-turns",
-                             "--repairs-ahead"), verify_device=None))
-        # Two runs at once through the one service, as the recipe's RL arms share one
-        # (rl_verifier): each collects only its own answers, and both are as when run alone.
-        together = [tmp / "together-async", tmp / "together-pipelined"]
-        extra = [("--async",), ("--async", "--pipeline-turns")]
+        together = [tmp / "turns", tmp / "overlapped"]
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            runs = [pool.submit(mc, *replaced(rl_args(setup, d, "--max-steps", "3", "--verifier", url, *e), verify_device=None))
+            runs = [pool.submit(mc, *replaced(rl_args(setup, d, *args, "--verifier", url, *e), verify_device=None))
                     for d, e in zip(together, extra)]
             for r in runs:
                 r.result()
-    assert_same_trajectories(out, piped)
-    assert_same_trajectories(out, ahead, later_text=False)
-    assert_same_trajectories(out, together[0])
-    assert_same_trajectories(piped, together[1])
-    a = read_jsonl(out / "metrics.jsonl")
-    assert [x["step"] for x in a] == [1, 2, 3]
-    assert a[0]["prefetch_generate_s"] > 0 and a[1]["prefetch_generate_s"] > 0 and a[2]["prefetch_generate_s"] == 0
-    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
-    assert a[0]["updated"] and a[1]["mirrorpop_filtered_share"] == 1 and not a[1]["updated"] and a[2]["updated"]
-    assert a[0]["bdr_added"] == 1 and a[1]["bdr_repaired_removed"] == 1 and a[2]["repair_prompts"] == 1
-    # Every answer got a verdict, none an infra error: none was lost between the two batches.
-    for x in a:
-        assert sum(x["verdicts"].values()) > 0 and "infra_error" not in x["verdicts"], x["verdicts"]
+    assert_same_trajectories(refs[0], together[0])
+    assert_same_trajectories(refs[1], together[1], later_text=False)
+    for run in together:
+        for x in read_jsonl(run / "metrics.jsonl"):
+            # Every answer got a verdict, none an infra error: none was lost between the batches.
+            assert sum(x["verdicts"].values()) > 0 and "infra_error" not in x["verdicts"], x["verdicts"]
+
 
 
 def test_ablation_switches(setup):
@@ -488,10 +497,8 @@ def test_clear_errors(setup, tmp_path):
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
     r = mc(*rl_args(setup, tmp_path / "b4", "--max-steps", "1", "--anchor-data", bad), check=False)
     assert r.returncode != 0 and "bad-anchor.jsonl" in r.stderr, r.stderr
-    r = mc(*rl_args(setup, tmp_path / "b5", "--max-steps", "1", "--admit-wait-steps", "4"), check=False)
-    assert r.returncode != 0 and "--admit-wait-steps holds answers that --pipeline-turns asks for" in r.stderr, r.stderr
-    r = mc(*rl_args(setup, tmp_path / "b2", "--max-steps", "1", "--async", "--off-policy", "1"), check=False)
-    assert r.returncode != 0 and "--async" in r.stderr and "contradict" in r.stderr, r.stderr
+    r = mc(*rl_args(setup, tmp_path / "b5", "--max-steps", "1", "--rollout", "async"), check=False)
+    assert r.returncode != 0 and "--rollout" in r.stderr and "turns" in r.stderr and "overlapped" in r.stderr, r.stderr
     # A verifier that is not there.
     r = mc(*replaced(rl_args(setup, tmp_path / "c", "--max-steps", "1", "--verifier", "http://127.0.0.1:9"),
                      verify_device=None), check=False)
@@ -506,168 +513,6 @@ def test_clear_errors(setup, tmp_path):
     assert r.returncode != 0 and "empty" in r.stderr, r.stderr
 
 
-def test_pipelined_turns(setup):
-    """--pipeline-turns: a trajectory's second answer is asked for as soon as its first verdict is
-    in, while the other answers are still judged, in one loop over the engine and the verifier.
-    The same trajectories, verdicts, rewards, buffer events and update as turn by turn: with
-    --async against the run of test_async_generates_ahead_and_resumes (there the next step's
-    first turn is made whole at the first wait; here it is decoded in the same loop, beside this
-    step's turns, and later answers are compared by verdict), also killed after step 2 and
-    resumed from step 1's checkpoint; and without it
-    (every first turn decoded in the loop, and with --defer-timing) against
-    test_rl_steps_reach_every_branch's; each made again here if missing."""
-    base = setup[0]
-    args = ("--max-steps", "3", "--save-every", "1", "--async")
-    ref, out, killed = base / "async", base / "async-pipelined", base / "async-pipelined-killed"
-    if not (ref / "metrics.jsonl").exists():
-        mc(*rl_args(setup, ref, *args))
-    mc(*rl_args(setup, out, *args, "--pipeline-turns"))
-    a = assert_same_run(ref, out)
-    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
-    assert a[0]["rescued_turn2"] == pytest.approx(1 / 4) and a[0]["bdr_added"] == 1
-    # The same off-policy drop: step 2's first turn was sampled before step 1's update.
-    assert a[1]["mirrorpop_filtered_share"] == 1 and not a[1]["updated"]
-    p = read_jsonl(out / "metrics.jsonl")
-    # No separate prefetch: the engine's steps served both steps' answers.
-    assert all(x["prefetch_generate_s"] == 0 for x in p)
-    # Answers asked for one by one are held to be prefilled together (--admit-together 8 by
-    # default with --pipeline-turns; test_model.py::test_held_admissions_give_the_same_tokens
-    # shows the tokens do not change): the engine's counts are in every row.
-    assert all(x["gen_prefill_calls"] >= 1 and x["gen_admissions_held"] >= 0 for x in p)
-    # The rollout loop's host work: every step handed answers to MooreEval; later turns' prompts
-    # were made for the trajectories that failed (test_rl_steps_reach_every_branch's plan).
-    assert all(x["submit_s"] > 0 and x["ask_s"] >= 0 for x in p) and any(x["ask_s"] > 0 for x in p)
-    assert_same_trajectories(ref, out, later_text=False)
-    kill_after_step_2(setup, killed, *args, "--pipeline-turns")
-    assert (killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").exists()
-    resume_from_step_1(setup, killed, *args, "--pipeline-turns")
-    assert_same_run(out, killed)
-    assert_same_trajectories(out, killed, later_text=False)
-    # Without --async every step's first turn is decoded in the pipelined loop too, beside the
-    # second turns: against the run of test_rl_steps_reach_every_branch.
-    args = ("--max-steps", "3", "--save-every", "1", "--grad-clip", "0")
-    ref, out = base / "run", base / "run-pipelined"
-    if not (ref / "metrics.jsonl").exists():
-        mc(*rl_args(setup, ref, *args))
-    # --defer-timing: a judge gives back an answer that passed while we generate (judged again
-    # once we stop); when verdicts come changes, the trajectories do not. (--cudnn-attention, the
-    # H100's cuDNN attention for prefill, changes nothing on the CPU.)
-    mc(*rl_args(setup, out, *args, "--pipeline-turns", "--defer-timing", "--cudnn-attention"))
-    assert_same_run(ref, out)
-    assert_same_trajectories(ref, out)
-    # Answers given back while timing was held, among those waited for, and how often (at most
-    # three times each): counted where there were any.
-    for row in read_jsonl(out / "metrics.jsonl"):
-        w = row["wait_work_s"]
-        n = w.get("deferred.answers", 0)
-        assert n <= row["wait_answers"] and n <= w.get("deferred.times", 0) <= 3 * n, w
-
-
-def test_reuse_kv(setup):
-    """--reuse-kv: a trajectory's second answer continues the engine's kept cache of its first
-    (only the feedback turn is prefilled; the engine's own test, engine_kv_test.cc, shows a
-    continued prefill equals a fresh one). The same rows, update and trajectories (later answers
-    by verdict) as without it, turn by turn against test_rl_steps_reach_every_branch's run and
-    pipelined with --async against test_pipelined_turns's; and the engine's counts show the
-    reuse: turn by turn every second answer continued its first, with --async only those asked
-    for before the next update (a kept cache holds the weights it was made with). The --async
-    run killed after step 2 and resumed equals it uninterrupted."""
-    base = setup[0]
-    for args, ref_name, extra in ((("--max-steps", "3", "--save-every", "1", "--grad-clip", "0"), "run", ()),
-                                  (("--max-steps", "3", "--save-every", "1", "--async"), "async-pipelined",
-                                   ("--pipeline-turns",))):
-        ref, out = base / ref_name, base / (ref_name + "-kv")
-        if not (ref / "metrics.jsonl").exists():
-            mc(*rl_args(setup, ref, *args, *extra))
-        mc(*rl_args(setup, out, *args, *extra, "--reuse-kv"))
-        assert_same_run(ref, out)
-        assert_same_trajectories(ref, out, later_text=False)
-        rows, plain = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
-        assert all(r["gen_prompt_tokens"] == p["gen_prompt_tokens"] for r, p in zip(rows, plain)), ref_name
-        assert all(p["gen_continued"] == 0 and p["gen_reused_tokens"] == 0 for p in plain)
-        assert all(r["gen_kept_evicted"] == 0 for r in rows)
-        # Prefill computed the prompt tokens not reused (CPU: no GPU time).
-        for r in rows + plain:
-            assert r["gen_prompt_tokens"] - r["gen_reused_tokens"] > 0, r
-            assert r["gen_prefill_gpu_s"] == 0, r
-        if ref_name == "run":
-            # Every second answer (those of the trajectories that failed at turn 1) continued.
-            for r in rows:
-                second = round(r["answers"] - 4)  # 2 prompts x 2 samples answered turn 1
-                assert r["gen_continued"] == second and r["gen_reused_tokens"] > 0, r
-        else:
-            assert sum(r["gen_continued"] for r in rows) > 0 and sum(r["gen_reused_tokens"] for r in rows) > 0
-    # Killed after step 2 and resumed from step 1's checkpoint: kept caches are not saved (the
-    # resumed process prefills its first later turns whole), and the run is the same.
-    killed = base / "async-pipelined-kv-killed"
-    kill_after_step_2(setup, killed, *args, *extra, "--reuse-kv")
-    resume_from_step_1(setup, killed, *args, *extra, "--reuse-kv")
-    assert_same_run(out, killed)
-    assert_same_trajectories(out, killed, later_text=False)
-
-
-def test_overlap_decode(setup):
-    """--overlap-decode (each decode step launched before the last one's tokens are read; the
-    engine's own test, engine_overlap_test.cc, shows it samples the same tokens): inside RL's
-    pipelined loop with --async and --reuse-kv, the same rows, update and trajectories (later
-    answers by verdict) as without it, against test_reuse_kv's run: the loop still finds the
-    engine idle before each update (its kept caches released, the weights changed). Every answer
-    of this tiny model ends at --max-new-tokens, whose sequences are not launched again, so no row
-    is thrown away here (the engine's test covers sequences that stop)."""
-    base = setup[0]
-    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns", "--reuse-kv")
-    ref, out = base / "async-pipelined-kv", base / "async-pipelined-kv-overlap"
-    if not (ref / "metrics.jsonl").exists():
-        mc(*rl_args(setup, ref, *args))
-    mc(*rl_args(setup, out, *args, "--overlap-decode"))
-    assert_same_run(ref, out)
-    assert_same_trajectories(ref, out, later_text=False)
-    rows, plain = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
-    assert all(r["gen_discarded_rows"] == 0 for r in rows + plain)
-    assert sum(r["gen_continued"] for r in rows) > 0
-
-
-def test_repairs_ahead(setup):
-    """--repairs-ahead: the next step's verdicts are taken in this step's pipelined loop too, and
-    its failed answers' second turns asked for at once, where the engine would otherwise wait for
-    this step's last verdicts. The answers that fail here fail whatever the weights (the tiny
-    model's own never extract; the rest are planted), and the loss is on turn 1, so the run is
-    the same as test_pipelined_turns's --async --pipeline-turns run, rows and weights; killed
-    after step 2 and resumed from step 1's checkpoint, whose next step holds trajectories at
-    turn 2 beside ones at turn 1, it is the same again. Resumed turn by turn, such a batch is
-    refused, naming why."""
-    base = setup[0]
-    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns")
-    ref, out, killed = base / "async-pipelined", base / "async-ahead", base / "async-ahead-killed"
-    if not (ref / "metrics.jsonl").exists():
-        mc(*rl_args(setup, ref, *args))
-    mc(*rl_args(setup, out, *args, "--repairs-ahead"))
-    a = assert_same_run(ref, out)
-    assert a[0]["verdicts"] == {"ok": 2, "incorrect": 1, "compile_error": 4}, a[0]["verdicts"]
-    assert_same_trajectories(ref, out, later_text=False)
-    p = read_jsonl(out / "metrics.jsonl")
-    # Steps 1 and 2 asked for the next step's second turns (step 2's 1_Add sample 1 is wrong at
-    # turn 1); the last step has no next step.
-    assert p[0]["asked_ahead"] >= 1 and p[1]["asked_ahead"] >= 1 and p[2]["asked_ahead"] == 0, \
-        [x["asked_ahead"] for x in p]
-    assert all(x["asked_ahead"] == 0 for x in read_jsonl(ref / "metrics.jsonl"))
-    # The engine's time on the next step's answers after this step's had all stopped; none in
-    # the last step, which has no next step beside it.
-    assert all(x["drain_s"] >= 0 for x in p) and p[2]["drain_s"] == 0, [x["drain_s"] for x in p]
-    kill_after_step_2(setup, killed, *args, "--repairs-ahead")
-    saved = json.loads((killed / "checkpoints" / "step-00000001" / "rl-next-rank00000.json").read_text())
-    reached = {len(t["turns"]) for t in saved["batch"]["trajectories"]}
-    assert reached == {1, 2}, reached
-    # Turn by turn cannot go on from trajectories at different turns.
-    r = mc(*rl_args(setup, killed, "--max-steps", "3", "--save-every", "1", "--async", "--resume"), check=False)
-    assert r.returncode != 0 and "reached different turns" in r.stderr and "--pipeline-turns" in r.stderr, r.stderr[-2000:]
-    resume_from_step_1(setup, killed, *args, "--repairs-ahead")
-    assert_same_run(out, killed)
-    assert_same_trajectories(out, killed, later_text=False)
-    r = mc(*rl_args(setup, base / "ahead-alone", "--max-steps", "1", "--async", "--repairs-ahead"), check=False)
-    assert r.returncode != 0 and "--repairs-ahead" in r.stderr and "--pipeline-turns" in r.stderr, r.stderr
-
-
 def assert_same_trajectories(ref, out, later_text=True):
     """The trajectories to read are the same, turn for turn. later_text=False: the answers after
     the first (never trained) by verdict only. Decoded beside another step's first turn, they
@@ -679,67 +524,3 @@ def assert_same_trajectories(ref, out, later_text=True):
                            [(x["verdict"], x["answer"] if later_text or k == 0 else None) for k, x in enumerate(t["turns"])],
                            t["reward"]) for t in read_jsonl(run / "samples" / step))
         assert turns(out) == turns(ref), step
-
-
-def test_carry_repairs(setup):
-    """--carry-repairs: a step trains the groups whose answers all stopped at turn 1 and hands the
-    others on, one turn a step: a group whose trajectories took k turns at most is trained k - 1
-    steps after its own, so no step waits for its last repairs' verdicts. With 2 turns every group
-    of this plan has a repair: step 1 trains nothing and carries both, and step 2 trains step 1's
-    groups (no update happened in between, so on-policy) exactly as test_pipelined_turns's
-    --async --pipeline-turns run trained them at its step 1: the same trajectories, verdicts,
-    rewards and update, to the weights. With 3 turns (4 steps) 2_ReLU's groups take all three,
-    so step 3 finishes step 1's batch while step 2's is one turn in; the last step trains what
-    is left. Killed after step 3 and resumed from step 2's checkpoint, which holds both carried
-    batches with their verdicts, the run is the same."""
-    from safetensors.torch import load_file
-    import torch
-    base = setup[0]
-    args = ("--max-steps", "3", "--save-every", "1", "--async", "--pipeline-turns")
-    ref, out = base / "async-pipelined", base / "async-carry"
-    if not (ref / "metrics.jsonl").exists():
-        mc(*rl_args(setup, ref, *args))
-    mc(*rl_args(setup, out, *args, "--carry-repairs"))
-    a, r = read_jsonl(out / "metrics.jsonl"), read_jsonl(ref / "metrics.jsonl")
-    assert [x["carried_groups"] for x in a] == [2, 2, 0], [x["carried_groups"] for x in a]
-    assert [x["carried_in_groups"] for x in a] == [0, 2, 2]
-    assert [x["trained_groups"] for x in a] == [0, 2, 4]
-    assert [x["trained_groups"] for x in r] == [2, 2, 2] and all(x["carried_groups"] == 0 for x in r)
-    assert not a[0]["updated"] and a[0]["trained_tokens"] == 0
-    # Step 2 trains step 1's groups: what the reference trained at step 1, by the same weights.
-    for k in ("verdicts", "reward_mean", "reward_std", "rescued_turn2", "all_failed_share", "trained_tokens",
-              "trained_sequences", "grad_norm", "twin_answers_share", "bdr_added"):
-        assert a[1][k] == pytest.approx(r[0][k], rel=1e-5, abs=1e-7), k
-    assert a[1]["updated"] and a[1]["mirrorpop_mean_abs_log_ratio"] < 1e-4
-    wa = load_file(str(out / "checkpoints" / "step-00000002" / "model.safetensors"))
-    wr = load_file(str(ref / "checkpoints" / "step-00000001" / "model.safetensors"))
-    for n in wa:
-        torch.testing.assert_close(wa[n], wr[n], rtol=0, atol=1e-6)
-
-    def turns(run, step):
-        return sorted((t["problem"], t["sample"], t["repair"], [x["verdict"] for x in t["turns"]], t["reward"],
-                       t["advantage"]) for t in read_jsonl(run / "samples" / f"step-{step:08d}.jsonl"))
-    assert turns(out, 2) == turns(ref, 1)
-
-    # Three turns, four steps: step 1's 1_Add (2 turns) trains at step 2, its 2_ReLU (3) at step 3.
-    args3 = ("--max-steps", "4", "--save-every", "1", "--async", "--pipeline-turns", "--carry-repairs")
-    out3, killed = base / "async-carry-3", base / "async-carry-3-killed"
-    mc(*replaced(rl_args(setup, out3, *args3), max_turns="3"))
-    a = read_jsonl(out3 / "metrics.jsonl")
-    assert [x["carried_groups"] for x in a] == [2, 2, 2, 0], [x["carried_groups"] for x in a]
-    assert [x["carried_in_groups"] for x in a] == [0, 1, 2, 3], [x["carried_in_groups"] for x in a]
-    assert [x["trained_groups"] for x in a] == [0, 1, 2, 5], [x["trained_groups"] for x in a]
-    saved = json.loads((out3 / "checkpoints" / "step-00000002" / "rl-carry-rank00000.json").read_text())
-    assert [(c["step"], c["groups"]) for c in saved] == [(0, [1]), (1, [0, 1])], [(c["step"], c["groups"]) for c in saved]
-    r2 = mc(*replaced(rl_args(setup, killed, *args3, "--exit-after-step", "3"), max_turns="3"), check=False)
-    assert r2.returncode != 0
-    r2 = mc(*replaced(rl_args(setup, killed, *args3, "--resume"), max_turns="3"))
-    assert "resumed from" in r2.stderr and "step 2" in r2.stderr, r2.stderr
-    assert_same_run(out3, killed, steps=4)
-    r2 = mc(*replaced(rl_args(setup, killed, *args, "--resume"), max_turns="3"), check=False)
-    assert r2.returncode != 0 and "ran with --carry-repairs" in r2.stderr, r2.stderr[-2000:]
-    for extra, says in ((("--max-steps", "1", "--carry-repairs"), "needs --pipeline-turns"),
-                        (("--max-steps", "1", "--async", "--pipeline-turns", "--carry-repairs", "--repairs-ahead"),
-                         "contradict")):
-        r2 = mc(*rl_args(setup, base / "carry-bad", *extra), check=False)
-        assert r2.returncode != 0 and says in r2.stderr and "--carry-repairs" in r2.stderr, r2.stderr[-2000:]

@@ -59,8 +59,8 @@ def test_next_arm_waits_for_the_last_ones_gpu_processes(tmp_path, monkeypatch):
 
 
 def test_an_unreaped_process_does_not_make_the_host_busy(tmp_path, monkeypatch):
-    """A GPU process nvidia-smi still lists after it exited (a zombie: session 50's turns@2 was
-    flagged for five orphans under a PID 1 that does not reap) is counted apart; a live neighbour
+    """A GPU process nvidia-smi still lists after it exited (a zombie, as orphans under a PID 1 that
+    does not reap are) is counted apart; a live neighbour
     still flags the arm."""
     listed = smi_listing(tmp_path, monkeypatch)
     bench = load_bench()
@@ -83,29 +83,6 @@ def test_an_unreaped_process_does_not_make_the_host_busy(tmp_path, monkeypatch):
         p.kill()
         p.wait()
     dead.wait()
-
-
-def test_leases_pooled(tmp_path):
-    """bench/rl_pipeline_pool.py on four leases' SUMMARY.json (2026-11-28 and -29, kept as test
-    data in tests/cases/rl_pipeline): each lease's async runs against its own turn-by-turn runs,
-    then every lease together."""
-    runs = os.path.join(ROOT, "tests", "cases", "rl_pipeline")
-    files = [os.path.join(runs, d + ".json")
-             for d in ("2026-11-28-s44", "2026-11-28-s45", "2026-11-29-s47", "2026-11-29-s50")]
-    out = tmp_path / "pool.json"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), *files, "--json", out],
-                       capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    res = json.loads(out.read_text())
-    assert [round(100 * x["pooled"], 1) for x in res["leases"]] == [20.8, 31.9, 26.7, 34.2]
-    assert [x["turns_runs"] for x in res["leases"]] == [2, 2, 2, 2]
-    assert round(100 * res["pooled"], 1) == 28.2 and "| 4 leases | pooled (8 runs against 8) | **+28.2%** |" in r.stdout
-    three = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), *files[:3]],
-                           capture_output=True, text=True)
-    assert "| 3 leases | pooled (6 runs against 6) | **+26.3%** |" in three.stdout, three.stdout
-    bad = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "rl_pipeline_pool.py"), str(out)],
-                         capture_output=True, text=True)
-    assert bad.returncode != 0 and "not a bench/rl_pipeline.py SUMMARY.json" in bad.stderr
 
 
 def test_only_the_benchs_own_gpus_are_watched(tmp_path, monkeypatch):
@@ -150,7 +127,7 @@ if os.environ.get("FAIL_ARM") == arm:
 with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     for step in (1, 2, 3, 4):
         f.write(json.dumps({{"step": step, "generate_s": 10.0, "verify_wait_s": 2.0, "drain_s": 0.0, "train_s": 1.0,
-                            "step_s": 13.0 if "kv" in arm else 14.0, "verify_overhead": 0.2, "asked_while_decoding": 0,
+                            "step_s": 13.0 if "overlapped" in arm else 14.0, "verify_overhead": 0.2, "asked_while_decoding": 0,
                             "pass_rate_turn1": 0.5, "pass_rate_turn2": 0.1, "pass_rate_turn3": 0.0, "answers": 64,
                             "answer_tokens_mean": 500.0}}) + "\\n")
 """)
@@ -158,32 +135,32 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     out = tmp_path / "bench"
     cmd = [sys.executable, os.path.join(ROOT, "bench", "rl_pipeline.py"), "--musacoder-model", str(trainer),
            "--model", "m", "--problems", "p.jsonl", "--out", str(out), "--steps", "4",
-           "--arms", "turns,async-defer-kv", "--", "--level", "1"]
-    first = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAIL_ARM": "async-defer-kv"})
-    assert first.returncode != 0 and "async-defer-kv: train rl exited with 3" in first.stderr, first.stderr
+           "--arms", "turns,overlapped", "--", "--level", "1"]
+    first = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "FAIL_ARM": "overlapped"})
+    assert first.returncode != 0 and "overlapped: train rl exited with 3" in first.stderr, first.stderr
     again = subprocess.run(cmd + [], capture_output=True, text=True)
     assert again.returncode == 0, again.stderr  # without --resume: both arms again, the killed one's folder cleared
-    assert ran.read_text().split() == ["turns", "async-defer-kv", "turns", "async-defer-kv"]
+    assert ran.read_text().split() == ["turns", "overlapped", "turns", "overlapped"]
     ran.write_text("")
-    (out / "async-defer-kv" / "partial").parent.mkdir(parents=True, exist_ok=True)
-    (out / "async-defer-kv" / "partial").write_text("")
+    (out / "overlapped" / "partial").parent.mkdir(parents=True, exist_ok=True)
+    (out / "overlapped" / "partial").write_text("")
     summary = json.loads((out / "SUMMARY.json").read_text())
-    del summary["arms"]["async-defer-kv"]
+    del summary["arms"]["overlapped"]
     (out / "SUMMARY.json").write_text(json.dumps(summary))
     resumed = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "1"], capture_output=True, text=True)
     assert resumed.returncode == 0, resumed.stderr
     assert "resumed: turns" in resumed.stdout
-    assert ran.read_text() == "async-defer-kv\n"  # the killed arm's folder was cleared first
+    assert ran.read_text() == "overlapped\n"  # the killed arm's folder was cleared first
     summary = json.loads((out / "SUMMARY.json").read_text())
-    assert set(summary["arms"]) == {"turns", "async-defer-kv"}
-    assert summary["arms"]["async-defer-kv"]["overhead_vs_turns_all"] == (52 - 44) / 44
-    # The stand-in's rows have no gen_continued: a --reuse-kv arm that reused nothing is said.
-    assert "async-defer-kv: --reuse-kv, but no prompt continued a kept cache" in resumed.stdout
-    assert summary["arms"]["async-defer-kv"]["kv_continued"] == 0 and summary["arms"]["turns"]["kv_continued"] is None
+    assert set(summary["arms"]) == {"turns", "overlapped"}
+    assert summary["arms"]["overlapped"]["overhead_vs_turns_all"] == (52 - 44) / 44
+    # The stand-in's rows have no gen_continued: an overlapped arm that reused nothing is said.
+    assert "overlapped: overlapped, but no prompt continued a kept cache" in resumed.stdout
+    assert summary["arms"]["overlapped"]["kv_continued"] == 0 and summary["arms"]["turns"]["kv_continued"] is None
     # A repeat of an arm (NAME@K) runs as NAME into its own folder, and the spread is reported.
     ran.write_text("")
     again = cmd[:-3] + ["--resume", "--", "--level", "1"]
-    again[again.index("--arms") + 1] = "turns,async-defer-kv,turns@2"
+    again[again.index("--arms") + 1] = "turns,overlapped,turns@2"
     rep = subprocess.run(again, capture_output=True, text=True)
     assert rep.returncode == 0, rep.stderr
     assert ran.read_text() == "turns@2\n" and "--out" in rep.stdout and "turns@2" in rep.stdout
@@ -191,29 +168,22 @@ with open(os.path.join(out, "metrics.jsonl"), "w") as f:
     assert summary["repeats"]["turns"] == {"step_s": [56.0, 56.0], "mean": 56.0, "spread": 0.0}
     assert "turns: 2 runs, steps 56.0, 56.0 s" in rep.stdout
     # Pooled over both turn-by-turn runs: 13 s a step against 10 + 1 s of generation and training.
-    pooled = summary["pooled"]["async-defer-kv"]
+    pooled = summary["pooled"]["overlapped"]
     assert pooled["runs"] == 1 and pooled["turns_runs"] == 2
     assert abs(pooled["per_token_steady"] - 2 / 11) < 1e-12 and abs(pooled["per_token_filled"] - 2 / 11) < 1e-12
-    assert abs(summary["arms"]["async-defer-kv"]["overhead_vs_turns_per_token_filled"] - 2 / 11) < 1e-12
+    assert abs(summary["arms"]["overlapped"]["overhead_vs_turns_per_token_filled"] - 2 / 11) < 1e-12
     # --stop-by: an arm that would not finish by then (as long as the longest arm so far) is not
     # started, and a later --resume runs it.
     ran.write_text("")
-    again[again.index("--arms") + 1] = "turns,async-defer-kv,turns@2,async-defer-kv@2"
+    again[again.index("--arms") + 1] = "turns,overlapped,turns@2,overlapped@2"
     longest = max(s["wall_s"] for s in summary["arms"].values())
     late = subprocess.run(again[:-3] + ["--stop-by", str(time.time() + longest / 2), "--", "--level", "1"],
                           capture_output=True, text=True)
     assert late.returncode == 0, late.stderr
-    assert ran.read_text() == "" and "async-defer-kv@2: not started" in late.stdout
-    assert "async-defer-kv@2" not in json.loads((out / "SUMMARY.json").read_text())["arms"]
+    assert ran.read_text() == "" and "overlapped@2: not started" in late.stdout
+    assert "overlapped@2" not in json.loads((out / "SUMMARY.json").read_text())["arms"]
     soon = subprocess.run(again[:-3] + ["--stop-by", str(time.time() + 600), "--", "--level", "1"],
                           capture_output=True, text=True)
-    assert soon.returncode == 0 and ran.read_text() == "async-defer-kv@2\n", soon.stderr
-    # async-defer-kv-exact: the same arm with the engine's prefill unpadded (before session 48).
-    ran.write_text("")
-    again[again.index("--arms") + 1] = "turns,async-defer-kv,async-defer-kv-exact"
-    exact = subprocess.run(again, capture_output=True, text=True)
-    assert exact.returncode == 0 and ran.read_text() == "async-defer-kv-exact\n", exact.stderr
-    line = next(ln for ln in exact.stdout.splitlines() if ln.startswith("$ ") and "async-defer-kv-exact" in ln)
-    assert "--reuse-kv --exact-prefill" in line, line
+    assert soon.returncode == 0 and ran.read_text() == "overlapped@2\n", soon.stderr
     other = subprocess.run(cmd[:-3] + ["--resume", "--", "--level", "2"], capture_output=True, text=True)
     assert other.returncode != 0 and "another run's" in other.stderr

@@ -694,7 +694,7 @@ TEST(EvaluatorCpu, HeldTimingWaitsForTheRelease) {
 }
 
 // Candidate::priority: a judge takes the lowest first, in arrival order among equals, so that a
-// trainer's answers of this step are not queued behind the next step's (train rl --async). One
+// trainer's answers of this step are not queued behind the next step's (train rl --rollout overlapped). One
 // lane is held by a candidate waiting for timing while three more arrive, the last with the
 // lowest priority: it is judged right after the first.
 TEST(EvaluatorCpu, LowerPriorityIsJudgedFirst) {
@@ -775,7 +775,7 @@ TEST(EvaluatorCpu, SubmitLeavesExtractionAndStaticChecksToThePreparingThread) {
 
 // With defer_timing, a judge does not sit on a candidate that passed while timing is held: it
 // gives it back and takes the next, so a failing answer queued behind gets its verdict while the
-// trainer still generates (what --pipeline-turns waits for). The passing one is loaded afresh
+// trainer still generates (what --rollout overlapped waits for). The passing one is loaded afresh
 // after the release and timed, its trials not repeated (HeldTimingWaitsForTheRelease: without
 // defer_timing, the judge waits). The timed runs' outputs are still checked in that fresh
 // process: an answer honest for its first six calls (its trials) and wrong after them, in each
