@@ -107,7 +107,7 @@ def run_musacoder(bin_, items, cache, out_dir, tag, extra=(), env=None):
 def quiesce_ab(bin_, items, rows_w, wall_warm, cache, out_dir):
     """The warm run again under each other MUSACODER_TIMING_QUIESCE mode: "stop" (the default:
     the spares still starting are paused while the judge times), "wait" (timing waits for the
-    judge's spare processes to finish starting; session 27: 0.7-1.8 s a candidate) and "none".
+    judge's spare processes to finish starting; 0.7-1.8 s a candidate on the H100) and "none".
     What each costs in wall time, and how far each kernel's median moves."""
     base_mode = os.environ.get("MUSACODER_TIMING_QUIESCE", "stop")
     runs = {base_mode: (rows_w, wall_warm)}
@@ -269,7 +269,7 @@ def kernelbench_harness(kb_src, items, out_dir, workers):
 
 
 # do_bench's speedup of a ~10 us kernel moved by up to 8% between its own calls on the H100
-# (Session 6: 0.892-0.963 for 1_Add over 3 calls): the anchor is the median of 7 paired calls
+# (0.892-0.963 for 1_Add over 3 calls on the H100): the anchor is the median of 7 paired calls
 # (reference and candidate timed back to back in each), so one stray call cannot move it.
 DO_BENCH_ROUNDS = 7
 
@@ -298,7 +298,7 @@ def do_bench_check(items, builds):
         model = ns["ModelNew"](*init).cuda()
         ref = pm.Model(*init).cuda()
         # do_bench's median of a ~10 us kernel moves by up to ~10% from one call to the next
-        # (bench/timing_methods.py): several paired calls, their median speedup and spread.
+        # (bench/probes/timing_methods.py): several paired calls, their median speedup and spread.
         cands, refs = [], []
         with torch.no_grad():
             for _ in range(DO_BENCH_ROUNDS):
@@ -480,7 +480,7 @@ def main():
     # precompiled header kept (built once per toolchain, by the runs above), compiled modules
     # removed. The build's own step times come from its status.json.
     # The candidate is KernelBench's add example, whose problem is the small set's 1_Add: with
-    # kb-level1's problems it matched none (an extract error, "0.0 s", in session 27).
+    # kb-level1's problems it matched none (an extract error, "0.0 s").
     shutil.rmtree(os.path.join(cache, "compile"), ignore_errors=True)
     chosen = dict(SET)
     SET.update(SETS["small"])

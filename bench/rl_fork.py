@@ -14,7 +14,7 @@ measures, teacher-forced with transformers on the final checkpoint:
 
 plus the sampled pass rate of each step. Grid: --lrs x --warmups (AdamW, fresh state, as RL
 starts). The question it answers: is a step of AdamW's first updates at a given lr, relative
-to the SFT lr, small enough not to break what SFT memorized (session 23's GPU run lost most of
+to the SFT lr, small enough not to break what SFT memorized (an earlier GPU run at a larger lr lost most of
 its passing answers to compile errors over 24 steps at lr 2e-5 after SFT at 5e-4).
 
 Writes WORK/rl-fork.jsonl (one row per arm), WORK/rl-fork.md (the table) and, with

@@ -166,7 +166,7 @@ class HostWatch:
                     fields = stat_fields(pid)
                     if fields and fields[0] == "Z":
                         # Exited, not yet reaped (an orphan under a PID 1 that does not reap): it
-                        # runs nothing on the GPU. Session 50 flagged an arm for five of them.
+                        # runs nothing on the GPU.
                         self.exited[pid] = command_of(pid)
                         continue
                     name = command_of(pid)

@@ -7,7 +7,7 @@ final weights (a hash of the last checkpoint's safetensors), are identical, and 
 difference; and each run's median step time.
 
 Why it matters: two SFT runs of the small recipe from one checkpoint, data and seed passed 13%
-and 0.1% of the same RL problems on the H100 (session 29), more apart than any RL arm.
+and 0.1% of the same RL problems on the H100, more apart than any RL arm.
 
 usage: python3 bench/sft_determinism.py --musacoder BIN --out DIR [--steps 30]
 """

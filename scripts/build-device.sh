@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # A source saved while the build compiles it (after the compiler read it, before the object was
 # written) leaves an object newer than the file but made from its old text, which ninja never
-# rebuilds (session 44 carried a trainer without that session's --reuse-kv wiring so). Sources
+# rebuilds (a carried trainer then lacks what its source says). Sources
 # newer than the build's start fail it (fresh).
 stamp=$(mktemp)
 trap 'rm -f "$stamp"' EXIT

@@ -13,59 +13,9 @@ export MUSACODER_HOME=$PWD MUSACODER_SKIP_SETUP=1 PYTHONUNBUFFERED=1
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 STAGES=${STAGES:-"env suite selftest bench timing service synth model genbench train"}
-# DETACH=NAME: run these stages detached from the call, as the recipe stage runs itself, in
-# /tmp/gpu-detached/NAME (it survives while the machine stays warm). The call waits up to
-# DETACH_WAIT seconds (default 540), then copies what the stages wrote so far to $OUT/NAME; a
-# later call with the same NAME, on the same warm machine, waits on the same run instead of
-# starting another; once it has finished, that NAME only reports it (start anew under another
-# NAME). Several named runs may share a machine: one per GPU set (CUDA_VISIBLE_DEVICES), e.g.
-# the self-test on GPUs 0-2 and suite and bench on GPU 3. DETACH_AFTER=OTHER starts this run's
-# stages only once the run OTHER has finished (whatever its exit status), so that one call can
-# line up a lease's runs and later calls only wait on them: no choice is left to the gaps
-# between calls, in which an idle machine is given back (session 38 lost one so). E.g.
-#   DETACH=a DETACH_WAIT=5 STAGES=... bash scripts/gpu-check.sh;
-#   DETACH=b DETACH_AFTER=a STAGES=... bash scripts/gpu-check.sh
+# DETACH=NAME: run these stages detached from the call (scripts/device/detach.sh says how).
 if [ -n "${DETACH:-}" ] && [ -z "${GPU_CHECK_DETACHED:-}" ]; then
-  D=/tmp/gpu-detached/$DETACH
-  mkdir -p "$D/out"
-  if [ -f "$D/pid" ] && kill -0 "$(cat "$D/pid")" 2>/dev/null; then
-    echo "$DETACH: still running (pid $(cat "$D/pid")), waiting on it"
-  elif [ -f "$D/rc" ]; then
-    echo "$DETACH: finished earlier (rc $(cat "$D/rc"))"
-  else
-    if [ -n "${DETACH_AFTER:-}" ] && [ ! -d "/tmp/gpu-detached/$DETACH_AFTER" ]; then
-      echo "$DETACH: DETACH_AFTER=$DETACH_AFTER names no run started on this machine (/tmp/gpu-detached/$DETACH_AFTER)"
-      exit 2
-    fi
-    GPU_CHECK_DETACHED=1 OUT=$D/out setsid bash -c 'echo $$ > "$1/pid"
-      if [ -n "$3" ]; then
-        echo "waiting for run $3 to finish"
-        while [ ! -f "/tmp/gpu-detached/$3/rc" ]; do sleep 5; done
-        echo "run $3 finished (rc $(cat "/tmp/gpu-detached/$3/rc")): starting"
-      fi
-      bash "$2"; echo $? > "$1/rc"' \
-      detached "$D" "$SELF" "${DETACH_AFTER:-}" >> "$D/console.log" 2>&1 < /dev/null &
-    while [ ! -s "$D/pid" ]; do sleep 0.2; done
-    echo "$DETACH: started (pid $(cat "$D/pid")): $STAGES${DETACH_AFTER:+ (once $DETACH_AFTER has finished)}"
-  fi
-  end=$((SECONDS + ${DETACH_WAIT:-540}))
-  while kill -0 "$(cat "$D/pid")" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 5; done
-  mkdir -p "$OUT/$DETACH"
-  cp -r "$D/out/." "$OUT/$DETACH/" 2>/dev/null
-  cp "$D/console.log" "$OUT/$DETACH/console.log"
-  grep -v "^judge:" "$D/console.log" | tail -"${DETACH_TAIL:-25}"
-  if [ -f "$OUT/$DETACH/selftest/rows.jsonl" ]; then  # how far the self-test is
-    python3 -c 'import collections, json, sys
-c = collections.Counter()
-for line in open(sys.argv[1]):
-    try: r = json.loads(line)
-    except ValueError: continue
-    c[(r["problem"].split("/")[0], r["verdict"])] += 1
-print("selftest rows:", ", ".join(f"{l} {v} {n}" for (l, v), n in sorted(c.items())))' "$OUT/$DETACH/selftest/rows.jsonl"
-  fi
-  if [ -f "$D/rc" ]; then echo "$DETACH: finished (rc $(cat "$D/rc"))"; exit "$(cat "$D/rc")"; fi
-  echo "$DETACH: still running after this call's wait"
-  exit 0
+  . scripts/device/detach.sh
 fi
 BIN=${BIN:-}
 if [ -z "$BIN" ]; then
@@ -82,9 +32,8 @@ echo "binary: $BIN"
 TORCH_LIB=$(python3 -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
 export LD_LIBRARY_PATH="$TORCH_LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # A lease's start (RECIPE_START below) comes in parts over several calls, but a call's carry
-# does not keep what an earlier call carried into the same folder: session 43 carried part 3
-# of .kb/start in one call and parts 0-2 in the next, on the same warm machine, and found part 3
-# gone (the binaries, in another folder, stayed). So every call copies the start's files it
+# does not keep what an earlier call carried into the same folder (part 3 of .kb/start carried
+# in one call and parts 0-2 in the next, on the same warm machine, leaves part 3 gone). So every call copies the start's files it
 # carries into /tmp/start-stash, which lives as long as the machine, and the stages read the
 # start from there.
 START_STASH=${START_STASH:-/tmp/start-stash}
@@ -132,7 +81,7 @@ for stage in $STAGES; do
       { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,compute_cap --format=csv;
         nproc; uname -r; python3 -c 'import torch,sys;print(sys.version.split()[0], torch.__version__, torch.version.cuda, torch.cuda.get_device_name(0))';
         nvcc --version | tail -2; g++ --version | head -1; } 2>&1 | tee "$OUT/env.log"
-      BIN=$BIN bash scripts/sandbox-probe.sh 2>&1 | tee "$OUT/sandbox-probe.log"
+      BIN=$BIN bash scripts/device/sandbox-probe.sh 2>&1 | tee "$OUT/sandbox-probe.log"
       first=$(sed -n 's/^first_working=//p' "$OUT/sandbox-probe.log")
       writable=$(sed -n 's/^landlock_writable=//p' "$OUT/sandbox-probe.log")
       if [ -n "$writable" ]; then
@@ -195,7 +144,7 @@ for stage in $STAGES; do
       REDIS_SERVER=$rs REDIS_LIB=$rl python3 bench/service_compare.py --musacoder "$BIN" \
         --out "$OUT/service" 2>&1 | tee "$OUT/service.log" || rc=1 ;;
     contention)
-      # Fresh CUDA processes started at once on this host (bench/context_contention.py): the
+      # Fresh CUDA processes started at once on this host (bench/probes/context_contention.py): the
       # context, allocation and synchronize times per child as the slots grow, on GPU 0 alone
       # and then spread over every GPU: a limit per GPU shows in the first, one of the whole
       # host in both alike (CONTENTION_ARGS replaces both runs' options with one).
@@ -205,10 +154,10 @@ for stage in $STAGES; do
       for args in "${runs[@]}"; do
         echo "contention: $args"
         # shellcheck disable=SC2086
-        python3 bench/context_contention.py $args --out "$OUT/contention.jsonl" 2>&1 | tee -a "$OUT/contention.log" || rc=1
+        python3 bench/probes/context_contention.py $args --out "$OUT/contention.jsonl" 2>&1 | tee -a "$OUT/contention.log" || rc=1
       done ;;
     timing)
-      python3 bench/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
+      python3 bench/probes/timing_methods.py --out "$OUT/timing_methods.json" 2>&1 | tee "$OUT/timing.log" || rc=1 ;;
     model)
       python3 tests/gpu/model_parity.py --musacoder "$BIN" --out "$OUT/model_parity.json" 2>&1 | tee "$OUT/model.log" || rc=1 ;;
     real-model)
@@ -258,28 +207,28 @@ for stage in $STAGES; do
         --also-cudnn-attention --arrive-every 4 ${PREFILL_ARGS:-} 2>&1 | tee "$OUT/prefill.log" || rc=1 ;;
     sharing)
       # Issue 15: the engine beside processes that load the same GPU as MooreEval's judges do
-      # (bench/gpu_sharing.py): prefill and decode alone, beside 1 and 4 bursting small kernels,
+      # (bench/probes/gpu_sharing.py): prefill and decode alone, beside 1 and 4 bursting small kernels,
       # and beside 8 and 16 CPU-bound processes (as the compile pool's nvcc runs); alone and beside
       # 16 CPU loads again under libtorch's profiler (gpu_sharing-profile-*.md). SHARING_ARGS
       # replaces those options. Then beside 1 and 2 processes running one long kernel after another
       # (a slow trial; SHARING_LONG_ARGS), into gpu_sharing-long.json. Either set to "none" skips it.
       # shellcheck disable=SC2086
-      [ "${SHARING_ARGS:-}" = none ] || python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" \
+      [ "${SHARING_ARGS:-}" = none ] || python3 bench/probes/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing.json" \
         ${SHARING_ARGS:---profile 0,0+16} 2>&1 | tee "$OUT/sharing.log" || rc=1
       # shellcheck disable=SC2086
-      [ "${SHARING_LONG_ARGS:-}" = none ] || python3 bench/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
+      [ "${SHARING_LONG_ARGS:-}" = none ] || python3 bench/probes/gpu_sharing.py --musacoder "$BIN" --out "$OUT/gpu_sharing-long.json" \
         ${SHARING_LONG_ARGS:---loads 0,1,2 --kernel-ms 20 --idle-ms 5} 2>&1 | tee "$OUT/sharing-long.log" || rc=1 ;;
     prefill-buckets)
       # Issue 15: prefill padded to model::prefill_bucket's few sizes (the engine's default on CUDA)
       # against exactly the prompts' tokens (--exact-prefill), runs alternating
-      # (bench/prefill_buckets.py; PREFILL_BUCKETS_ARGS adds options).
+      # (bench/probes/prefill_buckets.py; PREFILL_BUCKETS_ARGS adds options).
       # shellcheck disable=SC2086
-      python3 bench/prefill_buckets.py --musacoder "$BIN" --out "$OUT/prefill_buckets.json" ${PREFILL_BUCKETS_ARGS:-} 2>&1 \
+      python3 bench/probes/prefill_buckets.py --musacoder "$BIN" --out "$OUT/prefill_buckets.json" ${PREFILL_BUCKETS_ARGS:-} 2>&1 \
         | tee "$OUT/prefill-buckets.log" || rc=1 ;;
     gemm-shapes)
-      # Issue 15: a GEMM's host cost for a shape seen before against a new one (bench/gemm_shapes.py):
+      # Issue 15: a GEMM's host cost for a shape seen before against a new one (bench/probes/gemm_shapes.py):
       # whether prefill's ~200 us per aten::mm is the library meeting a new token count every call.
-      python3 bench/gemm_shapes.py --out "$OUT/gemm_shapes.json" ${GEMM_SHAPES_ARGS:-} 2>&1 | tee "$OUT/gemm-shapes.log" || rc=1 ;;
+      python3 bench/probes/gemm_shapes.py --out "$OUT/gemm_shapes.json" ${GEMM_SHAPES_ARGS:-} 2>&1 | tee "$OUT/gemm-shapes.log" || rc=1 ;;
     train)
       # SFT on a Qwen-0.5B-shaped model against a plain PyTorch + transformers loop, same data
       # and batch, in this run; then the curves as an image.
@@ -353,10 +302,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       tar czf "$OUT/rl-small.tgz" -C "$W" --exclude='*/checkpoints' --exclude=./model --exclude=./sft/checkpoints \
         --exclude=./synth/work --exclude=./rft ./ 2>/dev/null ;;
     rl-pipeline)
-      # Issue 15's verification target: bench/rl_pipeline.py runs `train rl` turn by turn, then
-      # --async --pipeline-turns --defer-timing, then with --repairs-ahead too (PIPE_ARMS names
-      # others), from one model over the
-      # same problems and seeds, one after the other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
+      # bench/rl_pipeline.py runs `train rl --rollout turns`, then `--rollout overlapped` (PIPE_ARMS:
+      # e.g. turns,overlapped,turns@2), from one model over the same problems and seeds, one after
+      # the other on this GPU, each with a fresh cache. The model: PIPE_MODEL, else the recipe run's
       # RL start (RECIPE_RUN, default /tmp/recipe-run: rft/sft, else sft). PIPE_STEPS (default 3);
       # PIPE_ARGS replaces the recipe's RL options below. PIPE_GPUS (CUDA_VISIBLE_DEVICES) gives
       # it a GPU of its own, e.g. GPU 1 beside a recipe on GPU 0 (run it with DETACH=NAME).
@@ -364,8 +312,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # On a fresh machine, the carried start's RL model (seed and start, as the recipe stage).
       [ -z "${PIPE_MODEL:-}" ] && { prepare_run "$R" || { rc=1; continue; }; }
       m=${PIPE_MODEL:-$(ls -d "$R"/rft/sft/checkpoints/step-* "$R"/sft/checkpoints/step-* 2>/dev/null | head -1)}
-      # The probe's problems once probe-rl has finished (session 37 read its results half
-      # written, and train rl found nothing to learn from); before that, every problem.
+      # The probe's problems once probe-rl has finished (its results half written give train rl
+      # nothing to learn from); before that, every problem.
       keep=""
       if python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["stages"]["probe-rl"].get("done") else 1)' \
           "$R/recipe/state.json" 2>/dev/null; then keep="--keep-varied=$R/eval/rl-probe/results.jsonl"; fi
@@ -430,7 +378,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # brought back, or scripts/recipe-seed.sh made without a GPU; default .kb/recipe-seed.tgz
       # when carried) starts it with the finished synth stage, the one stage whose output is
       # small enough to travel (checkpoints are not). The machine stays warm only 30 s after a
-      # call: a later call that comes after that finds a fresh machine (session 25 lost one so).
+      # call: a later call that comes after that finds a fresh machine.
       R=${RECIPE_RUN:-/tmp/recipe-run}
       mkdir -p "$R"
       # The corpus's CUTLASS/CuTe source: the nvidia-cutlass wheel carried in .kb/whl (the GPU
@@ -448,9 +396,7 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # several calls (a call carries 64 MiB with the tree).
       prepare_run "$R" || { rc=1; continue; }
       # A corpus made without CUTLASS/CuTe gives another tokenizer's input, and pretrain and SFT
-      # other weights than the recorded runs' and than a carried start's (session 49 redid
-      # corpus through sft without .kb/whl: SFT e49b9b18 where b493fcc3 was the start's parent, a
-      # lease's 7 minutes spent on a model no table could use). So a run that will make the
+      # other weights than the recorded runs' and than a carried start's: a model no table can use. So a run that will make the
       # corpus stops here without it, unless RECIPE_NO_CUTLASS=1 says that is meant.
       if ! python3 -c 'import cutlass_library' 2>/dev/null && [ -z "${RECIPE_NO_CUTLASS:-}" ] &&
         { [[ "${RECIPE_ARGS:-}" == *corpus* ]] ||
@@ -473,8 +419,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # The host beside them (host-samples.csv: timestamp, 1-minute load, CPU busy % over the
       # last 2 s, available memory in MiB, tasks running, tasks blocked in the kernel, iowait % over
       # the last 2 s), and every 30 s its ten busiest processes
-      # (host-top.log, with thread counts and the last second's top): sessions 34 and 36 saw five RL arms wait 7-15x longer for MooreEval than
-      # one alone, with the GPUs 10-15% busy, and nothing to say what the host was doing.
+      # (host-top.log, with thread counts and the last second's top): what the host was doing when
+      # runs beside each other wait far longer for MooreEval than one alone.
       if ! { [ -f "$R/host.pid" ] && kill -0 "$(cat "$R/host.pid")" 2>/dev/null; }; then
         setsid bash -c 'r=$1; n=0; prev=""
           while :; do
@@ -498,9 +444,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       # RECIPE_VERIFIER_GPU=N: one MooreEval service (musacoder serve) on GPU N judges for RL and
       # its arms (recipe var rl_verifier), with their settings (RECIPE_VERIFIER_ARGS, default
       # "--timing-budget 0.1"; train rl refuses a service that judges otherwise). Keep N out of
-      # RECIPE_GPUS where there are GPUs to spare; on one GPU it may be the arms' own (session 43,
-      # one H200: five arms, their evaluations and the service, 93.6 GB at most, its timings taken
-      # beside training). A list (2,3) gives the service several GPUs: it times one answer at a time
+      # RECIPE_GPUS where there are GPUs to spare; on one GPU it may be the arms' own (its timings
+      # then taken beside training). A list (2,3) gives the service several GPUs: it times one answer at a time
       # per GPU, and five arms' passing answers all need timing. It lives while the machine
       # does; verifier.log and its /metrics come back.
       health() { python3 -c 'import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1] + "/" + sys.argv[2], timeout=5).read().decode()[:int(sys.argv[3])])' "$@" 2>/dev/null; }
@@ -574,8 +519,8 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       tar czf "$OUT/synth.tgz" -C "$OUT" synth && rm -rf "$OUT/synth" ;;
   esac
 done
-# The device tool brings back only names made of letters, digits, '.', '_' and '-' (session 47
-# lost two profiles named ...-0+16.md): any other character becomes '_', and is said.
+# The device tool brings back only names made of letters, digits, '.', '_' and '-' (a profile
+# named ...-0+16.md does not come back): any other character becomes '_', and is said.
 find "$OUT" -mindepth 1 -depth -name '*[!A-Za-z0-9._-]*' 2>/dev/null | while read -r f; do
   b=$(basename "$f"); to="$(dirname "$f")/$(printf '%s' "$b" | tr -c 'A-Za-z0-9._-' '_')"
   [ -e "$to" ] || { mv "$f" "$to" && echo "renamed for the device tool: $b -> $(basename "$to")"; }

@@ -68,10 +68,10 @@ case $what in
     pack "$2" "$3" ;;
   start-pack)
     [ $# -ge 3 ] || { echo "usage: recipe-seed.sh start-pack RUN DIR [--keep FOLDER]..." >&2; exit 2; }
-    python3 scripts/recipe_start.py pack "${@:2}" ;;
+    python3 scripts/device/recipe_start.py pack "${@:2}" ;;
   start-unpack)
     [ $# -eq 3 ] || { echo "usage: recipe-seed.sh start-unpack DIR RUN" >&2; exit 2; }
-    python3 scripts/recipe_start.py unpack "$2" "$3" ;;
+    python3 scripts/device/recipe_start.py unpack "$2" "$3" ;;
   cpu)
     run=${2:-/tmp/recipe-seed-run} out=${3:-.kb/recipe-seed.tgz}
     bin=${BIN:-build/musacoder}

@@ -208,7 +208,7 @@ def warm_imports():
     driver. torch.utils.cpp_extension is not among them: importing it calls
     torch.cuda.is_available(), which (unless NVML answers) asks the driver for its device count,
     and torch then refuses CUDA in every child forked later ("Cannot re-initialize CUDA in
-    forked subprocess", bench/zygote_fork_probe.py on the H100); the child imports it after
+    forked subprocess", bench/probes/zygote_fork_probe.py on the H100); the child imports it after
     creating its own context. What it imports in turn is imported here: setuptools (with
     pkg_resources) was nearly all of that import, and it was 0.5-1.4 s of each forked child's
     start on the H100 (the small set's "imports"), on the judge's critical path when

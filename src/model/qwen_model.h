@@ -38,7 +38,7 @@ struct KvCache {
 // least 64 with 16 g > n: at most 1/8 more rows (n > 512), 8 to 16 sizes an octave. Each prefill
 // call packs a token count of its own, and a GEMM of a new shape costs the host 0.4-1.3 ms in
 // cuBLAS against 22 us for one seen before (the recipe's layer shapes on an H200,
-// bench/gemm_shapes.py): ~44 GEMMs a call for an 8-layer model. Padded, the counts
+// bench/probes/gemm_shapes.py): ~44 GEMMs a call for an 8-layer model. Padded, the counts
 // fall into few sizes, which the library soon knows.
 int64_t prefill_bucket(int64_t n);
 

@@ -40,3 +40,22 @@ def test_recipe_refuses_a_corpus_without_cutlass(tmp_path):
     assert r.returncode != 0 and "would run without CUTLASS/CuTe" in r.stdout, r.stdout + r.stderr
     assert (run / "recipe" / "state.json").exists() and not (run / "recipe" / "corpus.log").exists()
     assert not (run / "gpu-samples.csv").exists()  # no monitor started
+
+
+def test_detached_stages_outlive_the_call_and_report_once_done(tmp_path):
+    """DETACH=NAME (scripts/device/detach.sh): the stages run apart from the call, which waits up
+    to DETACH_WAIT and copies their OUT back; a later call with the same name reports the run."""
+    name = f"test-{os.getpid()}-{tmp_path.name}"
+    env = {**os.environ, "STAGES": "none", "BIN": "/bin/true", "OUT": str(tmp_path / "out"), "DETACH": name,
+           "DETACH_WAIT": "30", "START_STASH": str(tmp_path / "stash")}
+    try:
+        r = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh")], env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"{name}: started" in r.stdout and f"{name}: finished (rc 0)" in r.stdout, r.stdout
+        assert (tmp_path / "out" / name / "console.log").exists()
+        again = subprocess.run(["bash", os.path.join(ROOT, "scripts", "gpu-check.sh")], env=env, capture_output=True,
+                               text=True, timeout=120)
+        assert again.returncode == 0 and f"{name}: finished earlier (rc 0)" in again.stdout, again.stdout
+    finally:
+        subprocess.run(["rm", "-rf", f"/tmp/gpu-detached/{name}"])

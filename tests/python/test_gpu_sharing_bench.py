@@ -1,6 +1,6 @@
-"""Issue 15's engine benches on the CPU. bench/gpu_sharing.py, whose load processes then load
+"""Issue 15's engine benches on the CPU. bench/probes/gpu_sharing.py, whose load processes then load
 the CPU: every run measured, the engine and --overlap-decode beside the same loads, a profiled repeat that names the engine's parts, long-kernel loads,
-the load processes stopped afterwards, and a bad run list named. bench/gemm_shapes.py: every
+the load processes stopped afterwards, and a bad run list named. bench/probes/gemm_shapes.py: every
 GEMM timed three ways."""
 import json
 import os
@@ -12,7 +12,7 @@ import pytest
 from mc_cli import BINARY, HAS_MODEL, ROOT
 
 pytestmark = pytest.mark.skipif(not HAS_MODEL, reason="needs musacoder-model (libtorch)")
-BENCH = os.path.join(ROOT, "bench", "gpu_sharing.py")
+BENCH = os.path.join(ROOT, "bench", "probes", "gpu_sharing.py")
 
 
 def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
@@ -78,10 +78,10 @@ def test_a_bad_run_list_is_named():
 
 
 def test_gemm_shapes_reports_every_gemm_and_order(tmp_path):
-    """bench/gemm_shapes.py (the other half of issue 15's prefill question) on the CPU: each of
+    """bench/probes/gemm_shapes.py (the other half of issue 15's prefill question) on the CPU: each of
     the recipe's GEMMs timed for the same M, a new M every call, and M rounded to the bucket."""
     out = tmp_path / "gemm.json"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "gemm_shapes.py"), "--device", "cpu", "--calls", "3",
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "gemm_shapes.py"), "--device", "cpu", "--calls", "3",
                         "--m-range", "16,80", "--bucket", "16", "--out", out], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(out.read_text())
@@ -91,10 +91,10 @@ def test_gemm_shapes_reports_every_gemm_and_order(tmp_path):
 
 
 def test_prefill_buckets_alternates_exact_and_padded(tmp_path):
-    """bench/prefill_buckets.py on the CPU: exact and padded runs alternate, each measured (the
+    """bench/probes/prefill_buckets.py on the CPU: exact and padded runs alternate, each measured (the
     CPU never pads, so padding is 0 here; `generate --exact-prefill` is accepted)."""
     out = tmp_path / "pb.json"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "prefill_buckets.py"), "--musacoder", BINARY,
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "prefill_buckets.py"), "--musacoder", BINARY,
                         "--device", "cpu", "--model-dir", tmp_path / "model", "--prompts", "3", "--prompt-len", "24",
                         "--prompt-len-spread", "8", "--new-tokens", "3", "--repeats", "1", "--out", out],
                        capture_output=True, text=True, timeout=600)

@@ -2,10 +2,10 @@
 """What fresh CUDA processes cost when many start at once on one host (GPU machine).
 
 MooreEval runs every candidate in a fresh process, forked from a zygote that has imported torch,
-which then creates its own CUDA context. Five RL arms on one 4-GPU host (sessions 34, 36, 37)
+which then creates its own CUDA context. Five RL arms on one 4-GPU host
 waited 10-30x longer for MooreEval than one arm alone, while the host's CPUs were 7-22% busy and
-its load average stood at 40-54: processes asleep in the kernel. In session 37 a candidate
-process's CUDA context took ~7 s to create (0.25 s alone, session 6) and its imports ~3.5 s.
+its load average stood at 40-54: processes asleep in the kernel. There a candidate
+process's CUDA context took ~7 s to create (0.25 s alone) and its imports ~3.5 s.
 
 This bench separates the host from MooreEval. For each level N of --slots it starts N slots at
 once, spread over --gpus; each slot is a zygote-like process that imports torch and then forks
@@ -15,7 +15,7 @@ as a correctness trial does. Per N it prints the median and p90 of each part and
 and writes one JSON line per N to --out. If per-child times grow with N while the host's CPUs
 stay idle, the limit is host-wide (the driver, the VM's IOMMU), not the GPUs.
 
-  python3 bench/context_contention.py --gpus 0,1,2,3 --slots 1,4,16,32 --children 4 --out /tmp/cc.jsonl
+  python3 bench/probes/context_contention.py --gpus 0,1,2,3 --slots 1,4,16,32 --children 4 --out /tmp/cc.jsonl
 """
 import argparse
 import json

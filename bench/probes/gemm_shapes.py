@@ -1,6 +1,6 @@
 """What a GEMM of a new shape costs the host (issue 15).
 
-Session 47's profile of `musacoder generate` on an H200 (docs/results/2026-11-25-recipe-small.md,
+A profile of `musacoder generate` on an H200 (docs/results/2026-11-25-recipe-small.md,
 "Twenty-seventh run") found prefill host-bound: a call of recipes/small's 8 layers spent ~25 ms,
 of which ~44 `aten::mm` calls took ~206 us of host time each. Decode, captured in CUDA graphs,
 reuses its shapes; each prefill call has a token count of its own, so each of its GEMMs has an
@@ -10,7 +10,7 @@ same for M rounded up to a multiple of --bucket (what padding a prefill call wou
 
 Reports host microseconds per call (launch only, then synchronized) and the GPU time, as a table
 and JSON. The recipe's shapes: hidden 512, q/k/v 768, MLP 2x1536, vocabulary 16384.
-  python3 bench/gemm_shapes.py --out gemm_shapes.json   (gpu-check stage gemm-shapes)"""
+  python3 bench/probes/gemm_shapes.py --out gemm_shapes.json   (gpu-check stage gemm-shapes)"""
 import argparse
 import json
 import random

@@ -2,7 +2,7 @@
 Hugging Face `tokenizers` (encode_batch, all cores) on the same JSONL of {"text"} rows and the
 same tokenizer.json: seconds, MB/s, and whether every row's ids are identical.
 
-usage: python3 bench/tokenize_speed.py --musacoder BIN --tokenizer tokenizer.json --corpus corpus.jsonl
+usage: python3 bench/probes/tokenize_speed.py --musacoder BIN --tokenizer tokenizer.json --corpus corpus.jsonl
            [--max-mb 20]
 """
 import argparse

@@ -1,14 +1,14 @@
 """Prefill padded to a few sizes against prefill of exactly the prompts' tokens (issue 15).
 
 Each prefill call packs a token count of its own, and on an H200 a GEMM of a shape cuBLAS has
-not met costs the host 0.4-1.3 ms against 22 us for one it has (bench/gemm_shapes.py, session
+not met costs the host 0.4-1.3 ms against 22 us for one it has (bench/probes/gemm_shapes.py, session
 48): ~44 GEMMs a call for recipes/small's 8 layers. The engine now pads each call's tokens to
 model::prefill_bucket's count (CUDA; `--exact-prefill` turns it off). This runs the same
 `musacoder generate` both ways, alternately (exact, padded, exact, padded, ...), over prompts
 that arrive one every few engine steps as RL's pipelined turns send them, so each call is one
 or a few prompts of its own length. Reports prefill ms a call (host wall and GPU events), the
 padding computed, decode ms a step and tokens/s, as a table and JSON.
-  python3 bench/prefill_buckets.py --musacoder build/musacoder --out prefill_buckets.json
+  python3 bench/probes/prefill_buckets.py --musacoder build/musacoder --out prefill_buckets.json
   (gpu-check stage `prefill-buckets`; --device cpu checks this script: the CPU never pads)"""
 import argparse
 import json
@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for generate_bench
 from generate_bench import SHAPES, arrival_cmd, engine_row, make_model, write_prompts  # noqa: E402
 
 

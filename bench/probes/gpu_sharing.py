@@ -1,7 +1,7 @@
 """The engine on a GPU that other processes use at the same time (issue 15).
 
-With --async, RL's engine decodes and prefills while MooreEval's judges run answers' trials on
-the same GPU, each judge a process with its own CUDA context. In session 47's pipeline bench
+With train rl --rollout overlapped, RL's engine decodes and prefills while MooreEval's judges run answers' trials on
+the same GPU, each judge a process with its own CUDA context. In the RL pipeline bench
 (one H200, alone) the async arms' prefill took 60-68 ms of GPU time a call for ~2,500 tokens,
 against 17 ms for ~12,800 tokens turn by turn, whose prefill runs while no judge is busy; their
 decode steps took 2.5 ms of model GPU time against 1.8 ms. Both point at the GPU's time-slicing
@@ -17,7 +17,7 @@ and the model's GPU time), tokens/s, and the bursts the load processes ran; as a
 --overlap-too runs every load twice, the engine as it is, then with `--overlap-decode` (each
 decode step launched before the last one's tokens are read), the second beside the same load
 processes, and reports each engine against its own alone and the two side by side.
-  python3 bench/gpu_sharing.py --musacoder build/musacoder --out sharing.json
+  python3 bench/probes/gpu_sharing.py --musacoder build/musacoder --out sharing.json
   (gpu-check stage `sharing`; --device cpu checks this script, with CPU load processes)"""
 import argparse
 import json
@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/, for generate_bench
 from generate_bench import SHAPES, arrival_cmd, engine_row, make_model, write_prompts  # noqa: E402
 
 # One judge-like process: tensors of a level-1 problem's size, a burst of elementwise work,
@@ -48,7 +48,7 @@ if kernel_ms > 0:
     torch.backends.cuda.matmul.allow_tf32 = False
     n = 1024
     while True:  # the size whose matmul takes about kernel_ms here (timed after one warm-up call:
-        # session 48's first try timed the library's start-up and stopped at n = 1024, ~0.1 ms)
+        # a first try timed the library's start-up and stopped at n = 1024, ~0.1 ms)
         big = torch.randn(n, n, device=dev); big @ big; sync(); t = time.perf_counter(); big @ big; sync()
         took = (time.perf_counter() - t) * 1e3
         if took >= kernel_ms or n >= 16384: break

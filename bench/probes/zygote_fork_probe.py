@@ -49,7 +49,7 @@ print(os.read(r, 4096).decode(), flush=True)
 os.waitpid(pid, 0)
 '''
 
-here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python")
+here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python")
 for name, setup in CASES.items():
     p = subprocess.run([sys.executable, "-c", CHILD.format(setup=setup)], capture_output=True, text=True,
                        env=dict(os.environ, PYTHONPATH=here), timeout=120)

@@ -21,7 +21,7 @@ import statistics
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
 
@@ -58,7 +58,7 @@ def main():
             r["do_bench"] = st["median_us"]
             r["do_bench_trimmed"] = st["trimmed_mean_us"]
             t = []
-            for _ in range(20):  # the judge's reference rhythm before session 5: 10 per sync
+            for _ in range(20):  # the judge's first reference rhythm: 10 per sync
                 t += timing.time_iterations(fn, sets, dev, flusher, 10)[0]
             r["chunks_of_10"] = statistics.median(t)
             timing.SYNC_EVERY, every = 10 ** 9, timing.SYNC_EVERY
