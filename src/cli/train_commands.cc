@@ -33,6 +33,26 @@ struct TrainCommands::Impl {
   std::vector<std::string> anchor_data;
 };
 
+namespace {
+
+// The optimizer's options, declared once for both trainers (each keeps its own defaults: SFT a
+// cosine from 1e-5, RL a constant 1e-6).
+void add_optimizer_options(CLI::App* c, train::LrSchedule& s, train::AdamWOptions& a, double& grad_clip,
+                           double& bucket_mb) {
+  c->add_option("--lr", s.lr, "peak learning rate")->capture_default_str();
+  c->add_option("--min-lr", s.min_lr, "learning rate at the end of the cosine")->capture_default_str();
+  c->add_option("--warmup-steps", s.warmup_steps, "linear warmup steps")->capture_default_str();
+  c->add_option("--schedule", s.kind, "cosine or constant")->capture_default_str();
+  c->add_option("--weight-decay", a.weight_decay, "AdamW decoupled weight decay (matrices only)")->capture_default_str();
+  c->add_option("--adam-beta1", a.beta1)->capture_default_str();
+  c->add_option("--adam-beta2", a.beta2)->capture_default_str();
+  c->add_option("--adam-eps", a.eps)->capture_default_str();
+  c->add_option("--grad-clip", grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  c->add_option("--bucket-mb", bucket_mb, "gradient bucket size for overlapped reduction (MB of fp32)")->capture_default_str();
+}
+
+}  // namespace
+
 TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   auto& o = m.o;
@@ -44,15 +64,7 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--out", o.out_dir, "run folder: checkpoints/, metrics.jsonl, tensorboard/")->required();
   s->add_option("--epochs", o.epochs, "passes over the data")->capture_default_str();
   s->add_option("--max-steps", o.max_steps, "optimizer steps (wins over --epochs)");
-  s->add_option("--lr", o.schedule.lr, "peak learning rate")->capture_default_str();
-  s->add_option("--min-lr", o.schedule.min_lr, "learning rate at the end of the cosine")->capture_default_str();
-  s->add_option("--warmup-steps", o.schedule.warmup_steps, "linear warmup steps")->capture_default_str();
-  s->add_option("--schedule", o.schedule.kind, "cosine or constant")->capture_default_str();
-  s->add_option("--weight-decay", o.adamw.weight_decay, "AdamW decoupled weight decay (matrices only)")->capture_default_str();
-  s->add_option("--adam-beta1", o.adamw.beta1)->capture_default_str();
-  s->add_option("--adam-beta2", o.adamw.beta2)->capture_default_str();
-  s->add_option("--adam-eps", o.adamw.eps)->capture_default_str();
-  s->add_option("--grad-clip", o.grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  add_optimizer_options(s, o.schedule, o.adamw, o.grad_clip, m.bucket_mb);
   s->add_option("--tokens-per-step", o.tokens_per_step, "tokens per optimizer step, over all ranks")->capture_default_str();
   s->add_option("--micro-batch-tokens", o.micro_batch_tokens, "tokens per packed micro-batch (one forward/backward)")->capture_default_str();
   s->add_option("--max-len", o.max_len,
@@ -71,7 +83,6 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "the same data, seed and GPU give the same weights");
   s->add_option("--device", o.device, "auto (cuda:LOCAL_RANK if CUDA, else cpu), cpu, cuda:N")->capture_default_str();
   s->add_option("--dtype", o.dtype, "auto (bf16 on CUDA, fp32 on CPU), bf16, fp32")->capture_default_str();
-  s->add_option("--bucket-mb", m.bucket_mb, "gradient bucket size for overlapped reduction (MB of fp32)")->capture_default_str();
   s->add_option("--peak-tflops", o.peak_tflops, "device peak for MFU (0: from the device name)");
   s->add_flag("--no-progress", m.no_progress, "no progress bar");
   s->add_option("--exit-after-step", o.kill_after_step, "testing: SIGKILL this process right after step N (a crash)")
@@ -131,19 +142,12 @@ TrainCommands::TrainCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   l->add_flag("--no-mirrorpop", m.no_mirrorpop, "ablation: keep every sequence");
   l->add_option("--mirror-delta", r.mirror_delta, "MirrorPop: drop a sequence whose mean |log ratio| exceeds this")->capture_default_str();
   l->option_defaults()->group("Optimizer");
-  l->add_option("--lr", r.schedule.lr)->capture_default_str();
-  l->add_option("--min-lr", r.schedule.min_lr)->capture_default_str();
-  l->add_option("--warmup-steps", r.schedule.warmup_steps)->capture_default_str();
-  l->add_option("--schedule", r.schedule.kind, "constant or cosine")->capture_default_str();
-  l->add_option("--weight-decay", r.adamw.weight_decay)->capture_default_str();
-  l->add_option("--grad-clip", r.grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
+  add_optimizer_options(l, r.schedule, r.adamw, r.grad_clip, m.rl_bucket_mb);
   l->add_option("--clip-low", r.loss.clip_low, "policy ratio clip below 1 (epsilon low)")->capture_default_str();
   l->add_option("--clip-high", r.loss.clip_high, "policy ratio clip above 1 (epsilon high)")->capture_default_str();
   l->add_option("--kl-coef", r.loss.kl_coef, "k3 KL to the starting model (0: off, no reference loaded)")->capture_default_str();
-  l->option_defaults()->group("Optimizer");
   l->add_option("--micro-batch-tokens", r.micro_batch_tokens, "tokens per packed micro-batch")->capture_default_str();
   l->add_flag("--grad-checkpoint", r.grad_checkpoint, "recompute each layer in backward");
-  l->add_option("--bucket-mb", m.rl_bucket_mb, "gradient bucket size (MB of fp32)")->capture_default_str();
   l->option_defaults()->group("Data");
   l->add_option("--anchor-data", m.anchor_data,
                 "SFT-format JSONL (comma-separated or repeated) whose token loss is reported as anchor_loss before "
