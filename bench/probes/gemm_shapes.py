@@ -1,6 +1,6 @@
 """What a GEMM of a new shape costs the host (issue 15).
 
-A profile of `musacoder generate` on an H200 (docs/results/2026-11-25-recipe-small.md,
+A profile of `musacoder generate` on an H200 (`git show 0e57a4c:docs/results/2026-11-25-recipe-small.md`,
 "Twenty-seventh run") found prefill host-bound: a call of recipes/small's 8 layers spent ~25 ms,
 of which ~44 `aten::mm` calls took ~206 us of host time each. Decode, captured in CUDA graphs,
 reuses its shapes; each prefill call has a token count of its own, so each of its GEMMs has an

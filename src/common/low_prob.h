@@ -1,6 +1,6 @@
 // Sampling slips: tokens a policy drew at a probability it itself put below kLowProbability
 // (under the sampling temperature, as the engine reports log-probabilities). On long answers a
-// small model's compile errors track them (docs/results/2026-11-25-recipe-small.md): the RFT
+// small model's compile errors track them (docs/results.md): the RFT
 // report counts them by verdict, RL's step metrics per 1,000 turn-1 tokens.
 #pragma once
 

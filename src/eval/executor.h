@@ -54,7 +54,7 @@ int default_lanes(const std::string& device, int requested);
 // CPU 0, torch's default, since there the judge's own work is the computing. Without a cap every
 // judge, spare and candidate process sizes its pool to every core: five RL arms on one 64-core
 // host ran some 100 such processes. (Capped, those arms were no faster: their
-// host's CPUs were idle, its limit elsewhere; docs/results/2026-11-25-recipe-small.md.)
+// host's CPUs were idle, its limit elsewhere; docs/results.md.)
 int default_judge_threads(const std::string& device, int compile_workers, int judges);
 
 // Warm candidate processes a judge keeps: starting one (Python, torch, a CUDA context, the

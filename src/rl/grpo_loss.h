@@ -29,7 +29,7 @@ struct PolicyLoss {
   // A_t < 0, p_t = π_θ(t). 1 − p_t bounds the size of ∂log p_t/∂logits (‖e_t − π‖ lies between
   // 1 − p_t and √2·(1 − p_t)), so a token the policy already predicts with p ≈ 1 pushes nothing
   // whatever its advantage. A memorized policy's passing copies push little; the tokens of a
-  // failing near-copy, after its slip, can push a lot (docs/results/2026-11-24-rl-small-model.md).
+  // failing near-copy, after its slip, can push a lot (docs/results.md).
   double push_pos = 0, push_neg = 0;
 };
 
