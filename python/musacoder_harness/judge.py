@@ -31,8 +31,7 @@ LEAK_RESTART_BYTES = 1 << 30  # see Judge.check_leak
 #   stop  the ones still starting are paused (SIGSTOP) while the GPU is ours, and resumed after:
 #         nobody waits. The default: on the H100 it judged the small set's 18
 #         candidates in 7.2 s against 10.9 s for wait, kb-level1's 30 in 62.5 s against 66.2 s,
-#         with kernel medians within 0.6% (kb-level1) and no timing repeat (docs/results/
-#         2026-11-24-mooreeval-selftest.md);
+#         with kernel medians within 0.6% (kb-level1) and no timing repeat;
 #   wait  they finish starting first (outside the GPU's gate);
 #   none  neither: a diagnostic.
 # bench/kernelbench_compare.py --quiesce-ab measures all three on the same candidates.
