@@ -257,6 +257,32 @@ def test_resume_equals_uninterrupted(setup):
 
 
 
+def test_older_checkpoints_resume_or_say_why(setup, tmp_path):
+    """A checkpoint of format 2 (no "rollout": "async" said the schedule) resumes under the schedule
+    it names; one made with a removed switch (--off-policy, --carry-repairs) is refused, naming it."""
+    base = setup[0]
+    straight = base / "straight"
+    if not (straight / "metrics.jsonl").exists():
+        mc(*rl_args(setup, straight, "--max-steps", "3", "--save-every", "1"))
+    for name, fields, says in (("v2", {"format_version": 2}, None),
+                               ("off-policy", {"pending": True}, "--off-policy or --carry-repairs"),
+                               ("v2-async", {"format_version": 2, "async": True}, "ran with --rollout overlapped")):
+        run = tmp_path / name
+        (run / "checkpoints").mkdir(parents=True)
+        shutil.copytree(straight / "checkpoints" / "step-00000001", run / "checkpoints" / "step-00000001")
+        state = run / "checkpoints" / "step-00000001" / "trainer_state.json"
+        st = json.loads(state.read_text())
+        del st["rollout"]
+        st.update(fields)
+        state.write_text(json.dumps(st))
+        r = mc(*rl_args(setup, run, "--max-steps", "2", "--save-every", "1", "--resume"), check=False)
+        if says is None:
+            assert r.returncode == 0 and "resumed from" in r.stderr, r.stderr[-2000:]
+            assert [x["step"] for x in read_jsonl(run / "metrics.jsonl")] == [2]
+        else:
+            assert r.returncode != 0 and says in r.stderr, r.stderr[-2000:]
+
+
 def kill_after_step_2(setup, killed, *args):
     """`train rl` with `args` into `killed`, stopped after step 2 (its checkpoint left unwritten:
     step 1's is the last)."""
