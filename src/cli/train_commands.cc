@@ -211,8 +211,7 @@ std::optional<int> TrainCommands::run() {
   }
   if (*m.rl) {
     auto& r = m.r;
-    const RunOptions& j = m.judge;
-    eval::require_backend(j.backend);  // musa: refused with what is missing, never judged on CUDA
+    RunOptions& j = m.judge;
     r.backend = j.backend;
     r.eval_config.timing_budget_s = j.cfg.timing_budget_s;
     r.eval_config.trial_timeout_s = j.cfg.trial_timeout_s;
@@ -226,29 +225,19 @@ std::optional<int> TrainCommands::run() {
     r.mirror_pop = !m.no_mirrorpop;
     r.progress = !m.rl_no_progress;
     r.adamw.bucket_elements = static_cast<int64_t>(m.rl_bucket_mb * 1048576 / 4);
-    auto& e = r.evaluator;
-    e.device = j.device;
-    e.cache_dir = j.cache_dir.empty() ? default_cache_dir() : j.cache_dir;
-    e.compile_workers = j.compile_workers;
-    e.spares = j.spares;
-    e.lanes = j.lanes;
-    e.defer_timing = r.rollout == rl::Rollout::kOverlapped;
-    e.cuda_arch = j.cuda_arch;
+    // The judges time on this rank's GPU unless --verify-gpus names others: its GPU as the
+    // trainer will choose it (torchrun's LOCAL_RANK or SLURM_LOCALID, or the only GPU a launcher
+    // bound to the rank).
+    int own = train::dist_env_from_environment().local_rank;
+    if (c10::Device d = model::parse_device(r.device, own); d.is_cuda()) own = d.index();
+    if (j.gpus.empty()) j.gpus = std::to_string(own);
+    auto& e = r.evaluator = evaluator_options(j);  // musa: refused with what is missing, never judged on CUDA
     e.progress = false;
     e.sandbox_exe = (std::filesystem::path(self_exe()).parent_path() / "musacoder").string();
     MC_CHECK(std::filesystem::exists(e.sandbox_exe), "the verifier runs candidates through ", e.sandbox_exe,
              ", which is missing (build the musacoder target)");
-    // This rank's GPU as the trainer will choose it (torchrun's LOCAL_RANK or SLURM_LOCALID, or
-    // the only GPU a launcher bound to the rank).
-    int own = train::dist_env_from_environment().local_rank;
-    if (c10::Device d = model::parse_device(r.device, own); d.is_cuda()) own = d.index();
-    if (j.gpus.empty()) {
-      e.gpus = {own};
-      r.hold_judges = true;  // they share our GPU: no timing while we generate or train
-    } else {
-      e.gpus = parse_gpus(j.gpus);
-      r.hold_judges = std::find(e.gpus.begin(), e.gpus.end(), own) != e.gpus.end();
-    }
+    // Judges on our GPU share it: no timing while we generate or train.
+    r.hold_judges = std::find(e.gpus.begin(), e.gpus.end(), own) != e.gpus.end();
     write_run_record(r.out_dir, "train rl", *m.rl);
     auto res = rl::run_rl(r);
     if (res.main_rank) fmt::print(stderr, "rl: {} steps, checkpoint {}\n", res.steps, res.last_checkpoint);

@@ -368,6 +368,9 @@ void RlRun::load_tasks() {
 void RlRun::start_verifier() {
   eval::EvaluatorOptions eopts = o_.evaluator;
   eopts.timing_gate = o_.hold_judges;  // they time on our GPU: not while we generate or train
+  // Overlapped, a judge gives back an answer that passed while we generate, to be timed once we
+  // stop, rather than hold its lane (EvaluatorOptions::defer_timing).
+  eopts.defer_timing = o_.rollout == Rollout::kOverlapped;
   verifier_ = o_.verifier_url.empty() ? serve::make_in_process_verifier(o_.eval_config, eopts)
                                       : serve::make_service_verifier(o_.verifier_url, o_.verifier_token, o_.eval_config);
   if (!o_.planted.empty()) planted_ = PlantedAnswers::load(o_.planted);
