@@ -397,8 +397,9 @@ open(sys.argv[1],"w").writelines(json.dumps({k:r[k] for k in ("index","sample","
       prepare_run "$R" || { rc=1; continue; }
       # A corpus made without CUTLASS/CuTe gives another tokenizer's input, and pretrain and SFT
       # other weights than the recorded runs' and than a carried start's: a model no table can use. So a run that will make the
-      # corpus stops here without it, unless RECIPE_NO_CUTLASS=1 says that is meant.
+      # corpus (a recipe with a corpus stage) stops here without it, unless RECIPE_NO_CUTLASS=1 says that is meant.
       if ! python3 -c 'import cutlass_library' 2>/dev/null && [ -z "${RECIPE_NO_CUTLASS:-}" ] &&
+        grep -q '^name = "corpus"' "${RECIPE:-recipes/small/recipe.toml}" &&
         { [[ "${RECIPE_ARGS:-}" == *corpus* ]] ||
           ! python3 -c 'import json, sys; sys.exit(0 if json.load(open(sys.argv[1]))["stages"]["corpus"]["done"] else 1)' \
             "$R/recipe/state.json" 2>/dev/null; }; then

@@ -61,6 +61,7 @@ class Candidate:
         self.held = None
         self.timing_sets = None  # (descriptors, opened input sets): the timing phase's inputs
         self.prepare = None  # native format: per-call setup kept out of the timed region
+        self.module = None  # the solution's module once imported (import_solution, load)
         from .legality import ThreadStarts
         self.thread_starts = ThreadStarts()  # installed before any candidate code runs
 
@@ -75,13 +76,7 @@ class Candidate:
         if self.format == "native":
             self._load_native(msg)
         else:
-            self._install_fast_load_inline(msg.get("artifacts", {}))
-            spec = importlib.util.spec_from_file_location("candidate_solution", msg["solution_path"])
-            module = importlib.util.module_from_spec(spec)
-            sys.modules["candidate_solution"] = module
-            spec.loader.exec_module(module)
-            if not hasattr(module, "ModelNew"):
-                raise RuntimeError("the solution defines no ModelNew")
+            module = self.module if self.module is not None else self._import(msg)
             init_inputs = [open_value(v, self.share_dir) for v in msg.get("init_inputs", [])]
             seed_all(int(msg["seed"]))  # same seed as the reference: same initial weights
             with torch.device(self.device):
@@ -97,6 +92,25 @@ class Candidate:
             from .params import tensor_specs
             reply["param_specs"] = [[n, list(s), d] for n, s, d in tensor_specs(self.model)]
         return reply
+
+    def import_solution(self, msg):
+        """The solution's module alone (its load_inline calls, ModelNew defined), nothing built
+        on the device: what the judge asks first, sharing the GPU, of a problem it judges alone
+        (an answer that cannot even be imported never waits for the GPU to itself). `load`
+        then builds ModelNew from this module."""
+        self._import(msg)
+        return {"op": "imported", "compile_path": self.compile_path}
+
+    def _import(self, msg):
+        self._install_fast_load_inline(msg.get("artifacts", {}))
+        spec = importlib.util.spec_from_file_location("candidate_solution", msg["solution_path"])
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["candidate_solution"] = module
+        spec.loader.exec_module(module)
+        if not hasattr(module, "ModelNew"):
+            raise RuntimeError("the solution defines no ModelNew")
+        self.module = module
+        return module
 
     def _install_fast_load_inline(self, artifacts):
         import torch.utils.cpp_extension as ce
@@ -457,7 +471,7 @@ def serve(in_fd, out_fd, device, share_dir, scratch, t0):
     protocol.send(out_fd, {"op": "ready", "pid": os.getpid(),
                            "startup_s": time.monotonic() - t0, "parts_s": parts,
                            "sandbox": os.environ.get("MUSACODER_SANDBOX", "none")})
-    handlers = {"load": cand.load, "run": cand.run, "warmup": cand.warmup,
+    handlers = {"import": cand.import_solution, "load": cand.load, "run": cand.run, "warmup": cand.warmup,
                 "calibrate": cand.calibrate, "trim": cand.trim, "close": cand.close}
     while True:
         try:

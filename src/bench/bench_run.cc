@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/kernelbench_prompt.h"
+#include "synth/kernelbench_prompt.h"
 #include "bench/report.h"
 #include "common/check.h"
 #include "common/fs.h"
@@ -30,6 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using synth::kKernelBenchPromptName;
+using synth::kernelbench_prompt;
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/kernelbench_prompt.h"
+#include "synth/kernelbench_prompt.h"
 #include "common/check.h"
 #include "common/fs.h"
 #include "eval/problem.h"
@@ -37,7 +37,7 @@ std::optional<int> PortBenchCommand::run() {
   const auto levels = port::kernelbench_levels(m.path);
   // The prompt's one-shot example, ported with the same rules, and the prompt a model is shown for
   // the first problem, so that a person can read what a MUSA run asks.
-  const bench::KernelBenchExample cuda = bench::kernelbench_example("cuda");
+  const synth::KernelBenchExample cuda = synth::kernelbench_example("cuda");
   std::vector<port::ExtraFile> extras;
   extras.push_back({"prompt/model_ex_add.py", "", "KernelBench src/kernelbench/prompts/model_ex_add.py", porter.port(cuda.arch)});
   extras.push_back({"prompt/model_new_ex_add.py", "", "KernelBench src/kernelbench/prompts/model_new_ex_add.py",
@@ -46,7 +46,7 @@ std::optional<int> PortBenchCommand::run() {
   // The first problem in KernelBench's order (by the number its file name starts with).
   const eval::ProblemPtr first = eval::load_problems(levels.front()).front();
   port::PortResult p = porter.port(first->source);
-  extras.push_back({"prompt/example_prompt.txt", bench::kernelbench_prompt(p.text, "fp32", "musa"),
+  extras.push_back({"prompt/example_prompt.txt", synth::kernelbench_prompt(p.text, "fp32", "musa"),
                     "kernelbench_prompt(" + fs::path(levels.front()).filename().string() + "/" + first->stem +
                         ".py, fp32, musa)",
                     {}});

@@ -40,6 +40,11 @@ SynthCommand::SynthCommand(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--teacher-api-key-env", m.api_key_env, "environment variable holding the endpoint's key")->capture_default_str();
   s->add_option("--weights", m.weights, "TOML file weighting op families and ops");
   s->add_option("--formats", m.o.formats, "teacher solution formats: native, kernelbench or both")->capture_default_str();
+  s->add_option("--prompt", m.o.prompt,
+                "the prompt of a kernelbench-format task in the dataset and problems.jsonl: musacoder (synth's task "
+                "prompt) or kernelbench (KernelBench's own one-shot prompt, what bench-model --prompt kernelbench asks)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"musacoder", "kernelbench"}));
   s->add_option("--verify", m.o.verify, "gpu (full MooreEval), compile (compile only) or none")->capture_default_str();
   s->add_flag("--no-probe", [&m](int64_t) { m.o.probe = false; }, "skip the validity probe (reference execution)");
   s->add_option("--min-eager-us", m.o.min_eager_us, "drop problems faster than this in eager PyTorch")->capture_default_str();

@@ -31,9 +31,9 @@ bool passed(const eval::EvalResult& r) {
 }  // namespace
 
 LlmTeacherResult llm_teach(const LlmTeacherOptions& opts, llm::OpenAIClient& client, eval::Evaluator& ev,
-                           const Graph& g, const eval::ProblemPtr& problem) {
+                           const std::string& prompt, const eval::ProblemPtr& problem) {
   LlmTeacherResult out;
-  std::vector<llm::ChatMessage> base = {{"user", task_prompt(g, problem->source, opts.format)}};
+  std::vector<llm::ChatMessage> base = {{"user", prompt}};
   llm::SamplingParams sp;
   sp.n = opts.samples;
   sp.temperature = opts.temperature;

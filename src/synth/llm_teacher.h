@@ -39,7 +39,8 @@ struct LlmTeacherResult {
 std::vector<eval::EvalResult> verify_all(eval::Evaluator& ev, std::vector<eval::Candidate> cands,
                                          const std::function<void(size_t)>& on_each = {});
 
+// `prompt`: the task's first user turn, as the policy will be asked it (the dataset's rows keep it).
 LlmTeacherResult llm_teach(const LlmTeacherOptions& opts, llm::OpenAIClient& client, eval::Evaluator& ev,
-                           const Graph& g, const eval::ProblemPtr& problem);
+                           const std::string& prompt, const eval::ProblemPtr& problem);
 
 }  // namespace mc::synth

@@ -21,6 +21,7 @@
 #include "eval/toolchain.h"
 #include "eval/verdict.h"
 #include "port/porter.h"
+#include "synth/kernelbench_prompt.h"
 #include "synth/llm_teacher.h"
 #include "synth/prompt.h"
 #include "synth/python_emitter.h"
@@ -58,6 +59,13 @@ std::string structure_key(const Graph& g) {
     j.push_back({n.op, n.args, p});
   }
   return sha256_hex(j.dump()).substr(0, 16);
+}
+
+// The task as the policy is asked it (SynthOptions::prompt).
+std::string policy_prompt(const Item& it, const std::string& format, const SynthOptions& o) {
+  if (format == "kernelbench" && o.prompt == "kernelbench")
+    return kernelbench_prompt(it.source, o.eval_config.precision, o.backend);
+  return task_prompt(it.g, it.source, format, o.backend);
 }
 
 std::string safe_title(const Graph& g) {
@@ -113,6 +121,10 @@ SynthReport run_synthesis(const SynthOptions& o) {
   for (int l : o.levels) MC_CHECK(l >= 1 && l <= 3, "levels must be 1, 2 or 3, got ", l);
   MC_CHECK(o.formats == "native" || o.formats == "kernelbench" || o.formats == "both",
            "--formats must be native, kernelbench or both, got '", o.formats, "'");
+  MC_CHECK(o.prompt == "musacoder" || o.prompt == "kernelbench", "--prompt must be musacoder or kernelbench, got '",
+           o.prompt, "'");
+  MC_CHECK(o.prompt != "kernelbench" || o.formats != "native",
+           "--prompt kernelbench asks for KernelBench's format: use --formats kernelbench or both");
   MC_CHECK(o.verify == "gpu" || o.verify == "compile" || o.verify == "none",
            "--verify must be gpu, compile or none, got '", o.verify, "'");
   MC_CHECK(o.order == "curriculum" || o.order == "generation", "--order must be curriculum or generation");
@@ -336,7 +348,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
           write_file_atomic(sol / (stem + (f == "native" ? ".mu" : ".py")), solution);
         }
         nlohmann::json row = {{"solution", solution}, {"format", f}, {"turns", 1},
-                              {"messages", nlohmann::json::array({{{"role", "user"}, {"content", task_prompt(it->g, it->source, f, o.backend)}},
+                              {"messages", nlohmann::json::array({{{"role", "user"}, {"content", policy_prompt(*it, f, o)}},
                                                                    {{"role", "assistant"}, {"content", as_answer(solution, f, o.backend)}}})},
                               {"result", eval::to_json(r)}};
         if (musa) row["port"] = ported;
@@ -363,7 +375,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
       pool.emplace_back([&] {
         for (size_t i; (i = next.fetch_add(1)) < keep.size();) {
           Item* it = keep[i];
-          LlmTeacherResult r = llm_teach(lo, client, e, it->g, it->problem);
+          LlmTeacherResult r = llm_teach(lo, client, e, policy_prompt(*it, lo.format, o), it->problem);
           std::lock_guard lk(mu);
           if (!r.error.empty()) ++endpoint_errors, it->attempts.push_back({{"error", r.error}});
           for (auto& a : r.attempts) it->attempts.push_back(a);
@@ -409,8 +421,7 @@ SynthReport run_synthesis(const SynthOptions& o) {
                          {"teacher_attempts", it->attempts}};
     if (it->probe.contains("eager")) pj["eager_us"] = it->probe["eager"].value("median_us", 0.0);
     // The task as a policy sees it, per solution format (what `musacoder rft` samples from).
-    pj["prompts"] = {{"native", task_prompt(it->g, it->source, "native", o.backend)},
-                     {"kernelbench", task_prompt(it->g, it->source, "kernelbench", o.backend)}};
+    pj["prompts"] = {{"native", policy_prompt(*it, "native", o)}, {"kernelbench", policy_prompt(*it, "kernelbench", o)}};
     pj["backend"] = o.backend;
     problems_jsonl += pj.dump() + "\n";
     for (auto& row : it->rows) {

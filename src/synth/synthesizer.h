@@ -41,6 +41,10 @@ struct SynthOptions {
   std::string teacher_api_key;      // LLM teacher: bearer token ("" : none)
   GeneratorOptions generator;
   std::string formats = "both";     // teacher formats: native | kernelbench | both
+  // The prompt of a kernelbench-format task, in the dataset and problems.jsonl (what RFT and RL
+  // ask): musacoder (task_prompt: the program with its input and state tables) or kernelbench
+  // (KernelBench's own one-shot prompt, what `bench-model --prompt kernelbench` asks).
+  std::string prompt = "musacoder";
   std::string verify = "gpu";       // gpu: full MooreEval | compile: compile only | none
   bool probe = true;                // validity probe (reference execution)
   double min_eager_us = 2, max_eager_us = 200000;  // eager runtime band (gpu)

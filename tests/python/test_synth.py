@@ -113,11 +113,36 @@ def test_same_seed_same_dataset_other_seed_other(tmp_path):
     (["--weights", "/nonexistent.toml"], "--weights: no file"),
     (["--decontaminate", "/nonexistent"], "--decontaminate: no folder"),
     (["--teacher", "http://127.0.0.1:9"], "needs --teacher-model"),
+    (["--prompt", "kernelbench", "--formats", "native"], "--prompt kernelbench asks for KernelBench's format"),
 ])
 def test_bad_configs_are_named(tmp_path, args, needle):
     r = synth(tmp_path / "x", *args, check=False)
     assert r.returncode == 2
     assert needle in r.stderr, r.stderr
+
+
+def test_the_kernelbench_prompt_is_the_one_evaluation_asks(tmp_path):
+    """--prompt kernelbench: a kernelbench-format task is asked with KernelBench's own one-shot
+    prompt, the one `bench-model --prompt kernelbench` sends (equal to KernelBench's constructor
+    where a checkout is at hand); the native format's prompt is unchanged."""
+    synth(tmp_path / "k", "--count", "4", "--levels", "1", "--prompt", "kernelbench")
+    synth(tmp_path / "m", "--count", "4", "--levels", "1")
+    k, m = ([json.loads(x) for x in (tmp_path / n / "problems.jsonl").read_text().splitlines()] for n in "km")
+    assert [p["name"] for p in k] == [p["name"] for p in m]
+    src = os.environ.get("KERNELBENCH_SRC", "")
+    pc = None
+    if os.path.exists(os.path.join(src, "src", "kernelbench", "prompt_constructor_toml.py")):
+        from kernelbench_ref import load_kernelbench_module
+        pc = load_kernelbench_module(src, "prompt_constructor_toml")
+    for pk, pm in zip(k, m):
+        source = (tmp_path / "k" / pk["path"]).read_text()
+        assert pk["prompts"]["native"] == pm["prompts"]["native"]
+        got = pk["prompts"]["kernelbench"]
+        assert got != pm["prompts"]["kernelbench"]
+        assert got.startswith("You write custom CUDA operators to replace the pytorch operators"), got[:200]
+        assert source in got and "class ModelNew" in got and "elementwise_add_kernel" in got
+        if pc is not None:
+            assert got == pc.get_prompt_for_backend(source, "cuda", "one_shot", "fp32")
 
 
 def test_gpu_verification_on_a_cpu_device_is_refused(tmp_path):

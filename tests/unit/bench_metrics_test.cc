@@ -6,13 +6,16 @@
 
 #include <cmath>
 
-#include "bench/kernelbench_prompt.h"
+#include "synth/kernelbench_prompt.h"
 #include "bench/metrics.h"
 #include "bench/uncertainty.h"
 #include "common/check.h"
 
 namespace mc::bench {
 namespace {
+
+using synth::kernelbench_example;
+using synth::kernelbench_prompt;
 
 double binom(int n, int k) {
   if (k < 0 || k > n) return 0;

@@ -20,6 +20,8 @@
 #include <thread>
 
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -662,6 +664,61 @@ TEST(EvaluatorCpu, TimeoutBesideOtherLanesIsJudgedAgainAlone) {
       << r.judge_details.dump();
   EXPECT_EQ(r.judge_details["lane"].value("mode", ""), "exclusive") << r.judge_details.dump();
   EXPECT_EQ(r.judge_details["lane"].value("exclusive_why", ""), "request");
+}
+
+// A problem judged with the GPU to itself (too large to share it) is imported first with the gate
+// shared: an answer that cannot be imported gets its load_error beside the other lanes' work,
+// without waiting for the GPU alone (here another lane, this test, holds the gate shared until
+// the verdict has come); one that imports is then judged alone.
+TEST(EvaluatorCpu, AnAnswerThatCannotBeImportedNeverWaitsForTheGpuAlone) {
+  ProblemPtr add = case_problem("1_Add");
+  EvalConfig cfg;
+  cfg.timing = false;
+  EvaluatorOptions o = cpu_options();
+  o.lanes = 2;
+  mc::fs::remove_all(o.scratch_dir);
+  mc::fs::create_directories(o.scratch_dir);
+  const std::string lock = (mc::fs::path(o.scratch_dir) / "gpu0.lock").string();
+  // The judges' marker of a problem seen too large to share the device (judge.py mark_exclusive).
+  ASSERT_EQ(std::system(("python3 -c 'import hashlib, os, sys; d = sys.argv[1] + \".exclusive\"; "
+                         "os.makedirs(d, exist_ok=True); "
+                         "open(os.path.join(d, hashlib.sha1(sys.argv[2].encode()).hexdigest()), \"w\").close()' " +
+                         lock + " " + add->path).c_str()),
+            0);
+  const std::string broken = (mc::fs::path(o.scratch_dir) / "broken_import.py").string();
+  std::string honest_src = mc::read_file(mc::test::cases_dir() + "/cpu/honest_add.py");
+  mc::write_file_atomic(broken, honest_src + "\nadd_ext.no_such_function\n");  // AttributeError at import
+  Candidate bad = candidate_from_file(broken, add);
+  bad.sample_id = "broken";
+  {
+    // Another lane: the gate held shared until this run is over (at most two minutes).
+    int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0600);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::flock(fd, LOCK_SH), 0);
+    std::promise<void> done;
+    auto release = std::async(std::launch::async, [fd, over = done.get_future()] {
+      over.wait_for(std::chrono::minutes(2));
+      ::flock(fd, LOCK_UN);
+      ::close(fd);
+    });
+    Evaluator ev(cfg, o);
+    auto rows = ev.run({bad}, nullptr);
+    done.set_value();
+    ASSERT_EQ(rows.size(), 1u);
+    EXPECT_EQ(rows[0].verdict, Verdict::kLoadError) << rows[0].reason << " | " << rows[0].infra_error;
+    EXPECT_NE(rows[0].runtime_error.find("no_such_function"), std::string::npos) << rows[0].runtime_error;
+    const auto& lane = rows[0].judge_details["lane"];
+    EXPECT_EQ(lane.value("mode", ""), "shared") << lane.dump();
+    EXPECT_EQ(lane.value("exclusive_why", ""), "problem size") << lane.dump();
+  }
+  // With nobody beside it, the honest answer is imported the same way, then judged alone.
+  Evaluator ev(cfg, o);
+  auto rows = ev.run(honest_adds(add, 1), nullptr);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].verdict, Verdict::kOk) << rows[0].reason << " | " << rows[0].infra_error;
+  const auto& lane = rows[0].judge_details["lane"];
+  EXPECT_EQ(lane.value("mode", ""), "exclusive") << lane.dump();
+  EXPECT_TRUE(lane.contains("imported_beside_others_s")) << lane.dump();
 }
 
 // A trainer sharing the judges' GPU holds timing while its own kernels run: the candidate is

@@ -593,7 +593,7 @@ TEST(LlmTeacher, RejectionSamplingAndRepairTraces) {
   lo.samples = 2;
   lo.repair_turns = 1;
   mc::llm::OpenAIClient client(lo.client);
-  LlmTeacherResult r = llm_teach(lo, client, ev, g, problem);
+  LlmTeacherResult r = llm_teach(lo, client, ev, task_prompt(g, problem->source, lo.format), problem);
   EXPECT_EQ(r.error, "");
   EXPECT_TRUE(saw_feedback.load());
   ASSERT_GE(r.verified.size(), 1u);

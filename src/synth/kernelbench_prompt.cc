@@ -1,11 +1,11 @@
-#include "bench/kernelbench_prompt.h"
+#include "synth/kernelbench_prompt.h"
 
 #include <map>
 
 #include "common/check.h"
 #include "port/porter.h"
 
-namespace mc::bench {
+namespace mc::synth {
 namespace {
 
 // KernelBench's template strings, as TOML parses them (a multi-line string drops the newline
@@ -185,4 +185,4 @@ std::string kernelbench_prompt(const std::string& ref_arch_src, const std::strin
   return strip(format(strip(text) + "\n", ctx)) + "\n";
 }
 
-}  // namespace mc::bench
+}  // namespace mc::synth

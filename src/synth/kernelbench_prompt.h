@@ -10,7 +10,7 @@
 
 #include <string>
 
-namespace mc::bench {
+namespace mc::synth {
 
 // The name this prompt goes by in reports.
 inline constexpr const char* kKernelBenchPromptName = "KernelBench one_shot/cuda (prompts.toml @ 423217d)";
@@ -30,4 +30,4 @@ KernelBenchExample kernelbench_example(const std::string& backend = "cuda");
 std::string kernelbench_prompt(const std::string& ref_arch_src, const std::string& precision = "fp32",
                                const std::string& backend = "cuda");
 
-}  // namespace mc::bench
+}  // namespace mc::synth
