@@ -531,6 +531,12 @@ class Judge:
                     res["stage_s"]["reap"] = time.monotonic() - t_reap
             self.lock.release()
 
+    def _new_result(self, lane):
+        """A judging's row before anything of the candidate has been checked."""
+        return {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
+                "torch_version": self.torch.__version__, "compile_path": "pool", "lane": lane,
+                "cpu_threads": self.torch.get_num_threads()}
+
     def _import_beside_others(self, req, cand, take_s):
         """For a problem judged with the GPU to itself: the solution's module is imported first
         with the gate shared, beside other lanes' candidates. (result, None) when that fails: the
@@ -548,10 +554,8 @@ class Judge:
         except Verdict as v:
             lane = {"lanes": self.lock.lanes, "mode": "shared", "waited_s": round(waited, 3),
                     "exclusive_why": "problem size", "imported_beside_others_s": round(time.monotonic() - t0, 3)}
-            res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
-                   "torch_version": self.torch.__version__, "compile_path": "pool", "lane": lane,
-                   "cpu_threads": self.torch.get_num_threads(),
-                   "stage_s": {"take": take_s, "load": time.monotonic() - t0}}
+            res = self._new_result(lane)
+            res["stage_s"] = {"take": take_s, "load": time.monotonic() - t0}
             res.update(verdict=v.verdict, reason=v.reason, rule=v.rule, **v.extra)
             return res, None
         self.lock.release()
@@ -775,9 +779,7 @@ class Judge:
         from .compare import compare_outputs, degenerate, flatten_outputs
         from .inputs import REDRAW_TRIALS, make_inputs, redraw_parameters, trial_schedule
         from .transport import describe, describe_value, open_tensor, share_value
-        res = {"trials_passed": 0, "trials_total": 0, "gpu": self.gpu,
-               "torch_version": torch.__version__, "compile_path": "pool", "lane": lane,
-               "cpu_threads": torch.get_num_threads()}
+        res = self._new_result(lane)
         dtype = getattr(torch, PRECISIONS[req.get("precision", "fp32")])
         seed = int(req.get("seed", 42))
         trials = int(req.get("trials", 5))
