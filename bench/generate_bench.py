@@ -5,9 +5,9 @@ heads, intermediate 4864, vocabulary 151936, tied embeddings) in bf16; 64 prompt
 --prompt-len random tokens, 8 samples each, exactly 512 new tokens (EOS ignored on both sides),
 plain sampling at temperature 1 (no top-k / top-p on either side). Reports sampled tokens per
 second (generation only, model load excluded), prefill calls and their cost, and peak GPU memory,
-as a table and JSON. RL's pipelined turns' prefill (issue 15), cuDNN attention against flash:
+as a table and JSON. RL's pipelined turns' prefill (issue 15), prompts arriving a few at a time:
   --shape recipe-small --prompts 64 --n 1 --prompt-len 1500 --prompt-len-spread 700
-  --skip-transformers --also-cudnn-attention --arrive-every 4   (gpu-check stage prefill)"""
+  --skip-transformers --arrive-every 4   (gpu-check stage prefill)"""
 import argparse
 import json
 import os
@@ -56,7 +56,7 @@ def write_prompts(path, shape, count, length, spread, seed=1):
 def arrival_cmd(a, pfile, stats, max_batch, *extra):
     """`musacoder generate` over pfile's prompts arriving one every a.arrive_every engine steps,
     one sample each, a.new_tokens tokens (EOS ignored), its stats to `stats`: the run that
-    gpu_sharing and prefill_buckets measure (a: their options; extra: more of generate's)."""
+    bench/probes/gpu_sharing.py measures (a: its options; extra: more of generate's)."""
     return [a.musacoder, "generate", *extra, "--model", a.model_dir, "--prompts", pfile, "--n", "1", "--max-new-tokens",
             str(a.new_tokens), "--ignore-eos", "--max-batch", str(max_batch),
             "--dtype", "fp32" if a.device == "cpu" else "bf16", "--device", a.device, "--out", "/dev/null",
@@ -114,12 +114,6 @@ def main():
     ap.add_argument("--also-no-graphs", action="store_true", help="also run musacoder without CUDA graphs")
     ap.add_argument("--arrive-every", type=int, default=0,
                     help="musacoder: prompts reach the engine one every N engine steps (generate --arrive-every)")
-    ap.add_argument("--also-cudnn-attention", action="store_true",
-                    help="also run musacoder with --cudnn-attention (libtorch's SDPA choice on the H100 before "
-                         "2026-11-27: a plan per new prompt length); with --arrive-every it is RL's "
-                         "pipelined turns' prefill, one or a few prompts a call")
-    ap.add_argument("--also-no-graph-sampling", action="store_true",
-                    help="also run musacoder with sampling outside the CUDA graph (the engine before 2026-11-25)")
     ap.add_argument("--temperature", default="1", help="musacoder's sampling temperature (transformers: 1)")
     ap.add_argument("--top-p", default="1", help="musacoder's top-p (transformers: off)")
     a = ap.parse_args()
@@ -157,10 +151,6 @@ def main():
            "musacoder": ours_main}
     if a.also_no_graphs:
         res["musacoder_no_cuda_graphs"] = ours("_nographs", "--no-cuda-graphs")
-    if a.also_cudnn_attention:
-        res["musacoder_cudnn_attention"] = ours("_cudnn", "--cudnn-attention")
-    if a.also_no_graph_sampling:
-        res["musacoder_no_graph_sampling"] = ours("_nographsampling", "--no-graph-sampling")
     res["temperature"], res["top_p"] = a.temperature, a.top_p
     if not a.skip_transformers:
         import transformers
@@ -172,10 +162,6 @@ def main():
     rows = [("musacoder generate", ours_main)]
     if "musacoder_no_cuda_graphs" in res:
         rows.append(("musacoder generate --no-cuda-graphs", res["musacoder_no_cuda_graphs"]))
-    if "musacoder_cudnn_attention" in res:
-        rows.append(("musacoder generate --cudnn-attention", res["musacoder_cudnn_attention"]))
-    if "musacoder_no_graph_sampling" in res:
-        rows.append(("musacoder generate --no-graph-sampling", res["musacoder_no_graph_sampling"]))
     for name, o in rows:
         n = max(1, o["decode_steps"])
         print(f"| {name} | {o['generated_tokens']} | {o['seconds']:.2f} | {o['tokens_per_s']:.0f} | "

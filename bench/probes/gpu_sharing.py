@@ -14,9 +14,6 @@ beside processes that keep a CPU core busy each, as the compile pool's nvcc runs
 
 Reports, for each run: prefill calls and ms each (wall and GPU events), decode ms per step (wall
 and the model's GPU time), tokens/s, and the bursts the load processes ran; as a table and JSON.
---overlap-too runs every load twice, the engine as it is, then with `--overlap-decode` (each
-decode step launched before the last one's tokens are read), the second beside the same load
-processes, and reports each engine against its own alone and the two side by side.
   python3 bench/probes/gpu_sharing.py --musacoder build/musacoder --out sharing.json
   (gpu-check stage `sharing`; --device cpu checks this script, with CPU load processes)"""
 import argparse
@@ -155,8 +152,6 @@ def main():
     ap.add_argument("--new-tokens", type=int, default=256)
     ap.add_argument("--arrive-every", type=int, default=4, help="engine steps between two prompts' arrivals")
     ap.add_argument("--device", default="cuda", help="cpu: a check of this script (fp32, CPU loads)")
-    ap.add_argument("--overlap-too", action="store_true",
-                    help="each load twice: the engine as it is (sync), then generate --overlap-decode")
     ap.add_argument("--profile", default="",
                     help="runs (G or G+C) to repeat under libtorch's profiler after the measured ones "
                          "(generate --profile): OUT's folder gets gpu_sharing-profile-G_C.md and .json, naming "
@@ -180,39 +175,36 @@ def main():
            "prompt_tokens": sum(lens), "new_tokens": a.new_tokens, "arrive_every": a.arrive_every,
            "busy_ms": a.busy_ms, "idle_ms": a.idle_ms, "kernel_ms": a.kernel_ms, "churn": a.churn, "runs": []}
     outdir = os.path.dirname(os.path.abspath(a.out))
-    engines = [("sync", [])] + ([("overlap", ["--overlap-decode"])] if a.overlap_too else [])
-    res["engines"] = [e for e, _ in engines]
     for k, (n, c) in enumerate(loads + profiled):
         prof = k >= len(loads)
         procs = start_loads(n, a.device, a.busy_ms, a.idle_ms, work, c, a.kernel_ms, a.churn)
         load_kernel_ms = kernel_ms_of(procs)
         loads_up = time.time()
-        for engine, engine_args in engines if not prof else engines[:1]:
-            stats = os.path.join(work, f"stats{n}+{c}-{engine}.json")
-            extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
-            cmd = arrival_cmd(a, pfile, stats, a.prompts, *extra, *engine_args)
-            t0 = time.time()
-            r = subprocess.run(cmd, capture_output=True, text=True)
-            wall = time.time() - t0
-            if r.returncode != 0:
-                stop_loads(procs)
-                sys.stderr.write(r.stderr[-3000:])
-                raise SystemExit(f"gpu_sharing: musacoder generate failed (rc {r.returncode}) beside {n} GPU and {c} CPU load(s)")
-            if prof:
-                print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}_{c}.md')}", flush=True)
-                continue
-            row = {"loads": n, "cpu_loads": c, "engine": engine, "wall_s": wall, "load_kernel_ms": load_kernel_ms,
+        stats = os.path.join(work, f"stats{n}+{c}.json")
+        extra = ["--profile", os.path.join(outdir, f"gpu_sharing-profile-{n}_{c}")] if prof else []
+        cmd = arrival_cmd(a, pfile, stats, a.prompts, *extra)
+        t0 = time.time()
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        wall = time.time() - t0
+        if r.returncode != 0:
+            stop_loads(procs)
+            sys.stderr.write(r.stderr[-3000:])
+            raise SystemExit(f"gpu_sharing: musacoder generate failed (rc {r.returncode}) beside {n} GPU and {c} CPU load(s)")
+        if prof:
+            print(f"loads {n}+{c}, profiled: {os.path.join(outdir, f'gpu_sharing-profile-{n}_{c}.md')}", flush=True)
+        else:
+            row = {"loads": n, "cpu_loads": c, "wall_s": wall, "load_kernel_ms": load_kernel_ms,
                    **engine_row(stats)}
             res["runs"].append(row)
-            print(f"loads {n}+{c}, {engine}: {row['tokens_per_s']:.0f} tokens/s, prefill {row['prefill_wall_ms']:.1f} ms wall / "
+            print(f"loads {n}+{c}: {row['tokens_per_s']:.0f} tokens/s, prefill {row['prefill_wall_ms']:.1f} ms wall / "
                   f"{row['prefill_gpu_ms']:.1f} ms GPU a call, decode step {row['step_wall_ms']:.2f} ms wall / "
                   f"{row['step_model_gpu_ms']:.2f} ms model GPU", flush=True)
         bursts, load_s = stop_loads(procs), time.time() - loads_up
         for row in res["runs"]:
             if (row["loads"], row["cpu_loads"]) == (n, c):
-                row["load_bursts_per_s"] = bursts / load_s if n else 0.0  # over every engine's run beside them
+                row["load_bursts_per_s"] = bursts / load_s if n else 0.0
     json.dump(res, open(a.out, "w"), indent=2)
-    base = {e: next(r for r in res["runs"] if r["engine"] == e) for e in res["engines"]}
+    base = res["runs"][0]
     print(f"\n{res['device']}, {a.shape} (random weights), {a.prompts} prompts ({res['prompt_tokens']} tokens) arriving "
           f"one every {a.arrive_every} engine steps, {a.new_tokens} new tokens each; load processes "
           + ("each starting one fresh CUDA process after another (bursts/s: contexts made a second)" if a.churn else
@@ -220,24 +212,16 @@ def main():
              + ", ".join(f"{r['load_kernel_ms']:.1f} ms" for r in res["runs"] if r["loads"]) + ")"
              if a.kernel_ms > 0 else f"{a.busy_ms:g} ms busy") + f" / {a.idle_ms:g} ms idle\n")
     print(f"host: {os.cpu_count()} CPUs, {len(os.sched_getaffinity(0))} for this process\n")
-    # decode ms a step: the engine's own clock, launching a step and waiting for its tokens (with
-    # --overlap-decode the host's work between steps runs beside the GPU and is not in it), so
-    # the engines compare by tokens/s
-    print("| GPU + CPU load processes | engine | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (launch+wait / model GPU) | "
-          "vs alone: prefill GPU, tokens/s | load bursts/s |\n|---:|---|---:|---:|---:|---:|---:|")
+    # decode ms a step: the engine's own clock, launching a step and waiting for its tokens
+    print("| GPU + CPU load processes | tokens/s | prefill ms a call (wall / GPU) | decode ms a step (launch+wait / model GPU) | "
+          "vs alone: prefill GPU, tokens/s | load bursts/s |\n|---:|---:|---:|---:|---:|---:|")
     for row in res["runs"]:
-        b = base[row["engine"]]
         # Prefill against alone by its GPU time where there is one (CUDA), else its wall time.
-        k = "prefill_gpu_ms" if b["prefill_gpu_ms"] > 0 else "prefill_wall_ms"
-        print(f"| {row['loads']} + {row['cpu_loads']} | {row['engine']} | {row['tokens_per_s']:.0f} | "
+        k = "prefill_gpu_ms" if base["prefill_gpu_ms"] > 0 else "prefill_wall_ms"
+        print(f"| {row['loads']} + {row['cpu_loads']} | {row['tokens_per_s']:.0f} | "
               f"{row['prefill_wall_ms']:.1f} / {row['prefill_gpu_ms']:.1f} | "
-              f"{row['step_wall_ms']:.2f} / {row['step_model_gpu_ms']:.2f} | {row[k] / max(1e-9, b[k]):.2f}x, "
-              f"{row['tokens_per_s'] / max(1e-9, b['tokens_per_s']):.2f}x | {row['load_bursts_per_s']:.0f} |")
-    if a.overlap_too:
-        # each --overlap-decode run against the synchronous run right before it, beside the same load processes
-        pairs = zip(res["runs"][0::2], res["runs"][1::2])
-        print("\n--overlap-decode against the synchronous engine beside the same loads (tokens/s): " + ", ".join(
-            f"{s['loads']}+{s['cpu_loads']} {o['tokens_per_s'] / max(1e-9, s['tokens_per_s']):.2f}x" for s, o in pairs))
+              f"{row['step_wall_ms']:.2f} / {row['step_model_gpu_ms']:.2f} | {row[k] / max(1e-9, base[k]):.2f}x, "
+              f"{row['tokens_per_s'] / max(1e-9, base['tokens_per_s']):.2f}x | {row['load_bursts_per_s']:.0f} |")
     return 0
 
 

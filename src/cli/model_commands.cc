@@ -59,8 +59,7 @@ struct ModelCommands::Impl {
   std::string prompt, prompts_file, out, system;
   gen::SamplingParams sp;
   uint64_t seed = 0;
-  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false, no_graph_sampling = false,
-       no_compact_slots = false, cudnn_attention = false, exact_prefill = false, overlap_decode = false;
+  bool has_seed = false, chat = false, no_progress = false, no_graphs = false, stream = false;
   std::string decode_attention = "matmul";
   int64_t max_batch = 256, max_seq_len = 0;
   int arrive_every = 0, admit_together = 1, admit_wait_steps = 0;
@@ -124,20 +123,7 @@ ModelCommands::ModelCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   m.gen->add_option("--max-batch", m.max_batch, "sequences decoded at once (KV cache slots)")->capture_default_str();
   m.gen->add_option("--max-seq-len", m.max_seq_len, "cache length per sequence (0: longest prompt + max new tokens)");
   m.gen->add_flag("--no-cuda-graphs", m.no_graphs, "decode without CUDA graphs");
-  m.gen->add_flag("--no-compact-slots", m.no_compact_slots,
-                  "keep each sequence in its first cache slot (the engine before 2026-11-25: for comparisons)");
-  m.gen->add_flag("--no-graph-sampling", m.no_graph_sampling,
-                  "sample outside the decode step's CUDA graph (the engine before 2026-11-25: for comparisons)");
   m.gen->add_option("--decode-attention", m.decode_attention, "sdpa or matmul")->capture_default_str();
-  m.gen->add_flag("--cudnn-attention", m.cudnn_attention,
-                  "let SDPA (prefill) use cuDNN attention, libtorch's choice on the H100: it plans each new prompt "
-                  "length anew (default off: flash attention)");
-  m.gen->add_flag("--exact-prefill", m.exact_prefill,
-                  "prefill exactly the prompts' tokens, without padding each call to one of a few sizes ("
-                  "CUDA only: new GEMM shapes cost the host ~0.5 ms each)");
-  m.gen->add_flag("--overlap-decode", m.overlap_decode,
-                  "launch each decode step before the last one's tokens are read (gathered on the device), so the "
-                  "host's work between steps runs beside the GPU's (same tokens; bf16 rounding may differ)");
   m.gen->add_option("--arrive-every", m.arrive_every,
                     "requests reach the engine one at a time, one every N engine steps, as a server's "
                     "or RL's pipelined turns' do (0: all at once)")
@@ -272,14 +258,9 @@ int ModelCommands::Impl::run_generate() {
   const int64_t context = model.config().max_position_embeddings;
   eo.max_seq_len = max_seq_len > 0 ? max_seq_len : std::min<int64_t>(context, longest + sp.max_new_tokens);
   eo.cuda_graphs = !no_graphs;
-  eo.graph_sampling = !no_graph_sampling;
-  eo.compact_slots = !no_compact_slots;
   eo.decode_attention = decode_attention;
   eo.admit_together = admit_together;
   eo.admit_wait_steps = admit_wait_steps;
-  eo.cudnn_attention = cudnn_attention;
-  eo.prefill_buckets = !exact_prefill;
-  eo.overlap = overlap_decode;
   gen::GenerationEngine engine(model, tokenizer ? &*tokenizer : nullptr, eo);
   std::vector<gen::GenerationRequest> reqs;
   std::vector<size_t> req_item;  // reqs[k] answers items[req_item[k]]
@@ -394,8 +375,6 @@ int ModelCommands::Impl::run_generate() {
            {"prompt_tokens", st.prompt_tokens}, {"seconds", secs}, {"tokens_per_s", tps},
            {"decode_steps", st.decode_steps}, {"prefill_calls", st.prefill_calls},
            {"prefill_wall_ms_total", st.prefill_wall_ms}, {"prefill_gpu_ms_total", st.prefill_gpu_ms},
-           {"cudnn_attention", cudnn_attention}, {"exact_prefill", exact_prefill}, {"overlap", overlap_decode},
-           {"discarded_rows", st.discarded_rows},
            {"prefill_padded_tokens", st.padded_tokens},
            {"admissions_held", st.admissions_held}, {"cuda_graphs", st.graphs_captured}, {"slot_moves", st.slot_moves},
            {"decode_rows_total", st.decode_rows},

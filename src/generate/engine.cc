@@ -65,10 +65,6 @@ struct Seq {
   int64_t slot = 0;
   int64_t pos = 0;        // where `last` is written by the next decode step
   int32_t last = 0;       // the most recently sampled token
-  // EngineOptions::overlap: decode steps launched for this sequence whose token is not yet read
-  // (at most one between step() calls), and the row of the newest one's outputs.
-  int ahead = 0;
-  int64_t out_row = -1;
   uint64_t seed = 0;
   Completion c;
   std::string bytes;      // decoded so far, for stop strings
@@ -98,26 +94,21 @@ struct GenerationEngine::Impl {
   std::unordered_map<uint64_t, Seq*> live;  // running sequences by id
   at::Tensor tokens_buf, pos_buf, logits_buf;
   // A decode step's inputs, staged on the host (pinned on CUDA) and copied to the device in two
-  // copies without a sync: rows of in_i64 are tokens, positions, seeds, steps, top-k and the
-  // row of the previous step's outputs that holds the token (-1: the staged one); rows of in_f32
-  // temperatures and top-p. The model and the sampler (and so the graphs) read them in place;
-  // tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in out_tok /
-  // out_lp, and are copied back into out_*_h. The host buffers come in pairs, alternating
-  // between steps: with overlap, a step's are filled while the step before may still read its own.
+  // copies without a sync: rows of in_i64 are tokens, positions, seeds, steps and top-k; rows
+  // of in_f32 temperatures and top-p. The model and the sampler (and so the graphs) read them in
+  // place; tokens_buf and pos_buf are rows of in_i64. Sampled tokens and log-probs land in
+  // out_tok / out_lp, and are copied back into out_*_h.
   at::Tensor in_i64, in_f32, out_tok, out_lp;
-  std::array<at::Tensor, 2> in_i64_h, in_f32_h, out_tok_h, out_lp_h;
-  int parity = 0;
+  at::Tensor in_i64_h, in_f32_h, out_tok_h, out_lp_h;
   bool graphs = false;
-  // A decode step launched and not yet read: its host buffers, its events, and (output row,
-  // sequence id) for each sequence it decoded.
+  // A decode step launched and not yet read: its events, and (output row, sequence id) for each
+  // sequence it decoded.
   struct Launch {
-    int buf = 0;
     std::vector<std::pair<int64_t, uint64_t>> rows;
 #ifdef MUSACODER_CUDA
     std::optional<at::cuda::CUDAEvent> e0, e1, e2;
 #endif
   };
-  std::optional<Launch> inflight;  // EngineOptions::overlap
 
   std::mutex mu;
   std::condition_variable cv;
@@ -139,13 +130,11 @@ struct GenerationEngine::Impl {
     eos = model.config().eos_token_ids;
     auto dev = at::TensorOptions().device(model.device());
     auto host = at::TensorOptions().pinned_memory(model.device().is_cuda());
-    for (int b = 0; b < 2; ++b) {
-      in_i64_h[b] = at::zeros({6, opts.max_batch}, host.dtype(at::kLong));
-      in_f32_h[b] = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
-      out_tok_h[b] = at::zeros({opts.max_batch}, host.dtype(at::kLong));
-      out_lp_h[b] = at::zeros({opts.max_batch}, host.dtype(at::kFloat));
-    }
-    in_i64 = at::zeros({6, opts.max_batch}, dev.dtype(at::kLong));
+    in_i64_h = at::zeros({5, opts.max_batch}, host.dtype(at::kLong));
+    in_f32_h = at::zeros({2, opts.max_batch}, host.dtype(at::kFloat));
+    out_tok_h = at::zeros({opts.max_batch}, host.dtype(at::kLong));
+    out_lp_h = at::zeros({opts.max_batch}, host.dtype(at::kFloat));
+    in_i64 = at::zeros({5, opts.max_batch}, dev.dtype(at::kLong));
     in_f32 = at::zeros({2, opts.max_batch}, dev.dtype(at::kFloat));
     out_tok = at::zeros({opts.max_batch}, dev.dtype(at::kLong));
     out_lp = at::zeros({opts.max_batch}, dev.dtype(at::kFloat));
@@ -313,7 +302,7 @@ struct GenerationEngine::Impl {
     // work, the model's prefill and the first tokens' sampling.
     RECORD_USER_SCOPE("engine::prefill");
     auto t0 = std::chrono::steady_clock::now();
-    const bool bucket = opts.prefill_buckets && model.device().is_cuda();
+    const bool bucket = model.device().is_cuda();
     // The padding a prefill call of these row lengths computes (model::prefill_bucket).
     auto count_padding = [&](const at::Tensor& lengths) {
       if (!bucket) return;
@@ -478,18 +467,17 @@ struct GenerationEngine::Impl {
   // Launches one decode step for every running sequence that may still sample (one whose
   // pending tokens reach max_new_tokens is left out), without waiting for it: its tokens and
   // log-probs are copied back into the host buffers of the Launch it returns, read by
-  // read_decode. A sequence with a step in flight takes that step's token on the device.
-  // nullopt: no sequence to decode.
+  // read_decode. nullopt: no sequence to decode.
   std::optional<Launch> launch_decode() {
     RECORD_USER_SCOPE("engine::decode_step");
     int64_t top = 0, max_pos = 0;
     auto decodes = [](const Seq* s) {
-      return s && static_cast<int>(s->c.tokens.size()) + s->ahead < s->owner->req.params.max_new_tokens;
+      return s && static_cast<int>(s->c.tokens.size()) < s->owner->req.params.max_new_tokens;
     };
     for (int64_t i = 0; i < opts.max_batch; ++i)
       if (decodes(running[i].get())) {
         top = i + 1;
-        max_pos = std::max(max_pos, running[i]->pos + running[i]->ahead);
+        max_pos = std::max(max_pos, running[i]->pos);
       }
     if (top == 0) return std::nullopt;
     int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
@@ -499,42 +487,32 @@ struct GenerationEngine::Impl {
     // (validate: prompt + max_new_tokens <= max_seq_len, and the last sampled token is never fed
     // back), so that a kept entry in that slot (GenerationRequest::keep_kv) stays whole.
     Launch L;
-    L.buf = parity;
-    parity ^= 1;
-    int64_t* ip = in_i64_h[L.buf].data_ptr<int64_t>();
-    float* fp = in_f32_h[L.buf].data_ptr<float>();
+    int64_t* ip = in_i64_h.data_ptr<int64_t>();
+    float* fp = in_f32_h.data_ptr<float>();
     const int64_t B = opts.max_batch;
-    bool any_top_p = false, any_top_k = false, any_ahead = false;
+    bool any_top_p = false, any_top_k = false;
     for (int64_t i = 0; i < batch; ++i) {
       Seq* s = i < top && decodes(running[i].get()) ? running[i].get() : nullptr;
       const SamplingParams* sp = s ? &s->owner->req.params : nullptr;
       ip[i] = s ? s->last : 0;
-      ip[B + i] = s ? s->pos + s->ahead : opts.max_seq_len - 1;
+      ip[B + i] = s ? s->pos : opts.max_seq_len - 1;
       ip[2 * B + i] = s ? static_cast<int64_t>(s->seed) : 0;
-      ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) + s->ahead : 0;
+      ip[3 * B + i] = s ? static_cast<int64_t>(s->c.tokens.size()) : 0;
       ip[4 * B + i] = sp ? sp->top_k : 0;
-      ip[5 * B + i] = s && s->ahead > 0 ? s->out_row : -1;
       fp[i] = sp ? sp->temperature : 0.f;
       fp[B + i] = sp ? sp->top_p : 1.f;
       if (s) {
         ++stats.decode_rows;
         any_top_p |= sp->top_p < 1.0f && sp->temperature > 0;
         any_top_k |= sp->top_k > 0 && sp->temperature > 0;
-        any_ahead |= s->ahead > 0;
         L.rows.emplace_back(i, s->id);
-        ++s->ahead;
-        s->out_row = i;
       }
     }
     const auto t0 = std::chrono::steady_clock::now();
-    in_i64.copy_(in_i64_h[L.buf], /*non_blocking=*/true);
-    in_f32.copy_(in_f32_h[L.buf], /*non_blocking=*/true);
-    if (any_ahead) {  // the tokens the step before sampled, still on the device (out_tok)
-      auto tok = tokens_buf.narrow(0, 0, batch), src = in_i64[5].narrow(0, 0, batch);
-      tok.copy_(at::where(src.ge(0), out_tok.index_select(0, src.clamp_min(0)), tok));
-    }
+    in_i64.copy_(in_i64_h, /*non_blocking=*/true);
+    in_f32.copy_(in_f32_h, /*non_blocking=*/true);
     // Top-k's cutoff reads k on the host, which a graph cannot: such steps sample outside it.
-    const bool fused = graphs && opts.graph_sampling && !any_top_k;
+    const bool fused = graphs && !any_top_k;
 #ifdef MUSACODER_CUDA
     if (stream) {
       L.e0.emplace(cudaEventDefault), L.e1.emplace(cudaEventDefault), L.e2.emplace(cudaEventDefault);
@@ -552,8 +530,8 @@ struct GenerationEngine::Impl {
       out_tok.narrow(0, 0, batch).copy_(out.tokens);
       out_lp.narrow(0, 0, batch).copy_(out.logprobs);
     }
-    out_tok_h[L.buf].narrow(0, 0, batch).copy_(out_tok.narrow(0, 0, batch), /*non_blocking=*/true);
-    out_lp_h[L.buf].narrow(0, 0, batch).copy_(out_lp.narrow(0, 0, batch), /*non_blocking=*/true);
+    out_tok_h.narrow(0, 0, batch).copy_(out_tok.narrow(0, 0, batch), /*non_blocking=*/true);
+    out_lp_h.narrow(0, 0, batch).copy_(out_lp.narrow(0, 0, batch), /*non_blocking=*/true);
 #ifdef MUSACODER_CUDA
     if (stream) L.e2->record();
 #endif
@@ -561,10 +539,8 @@ struct GenerationEngine::Impl {
     return L;
   }
 
-  // Waits for a launched step's tokens (that step's alone: a later one may stay queued) and
-  // hands them to their sequences; a sequence that finished since the launch has its row thrown
-  // away.
-  void read_decode(Launch& L) {
+  // Waits for a launched step's tokens and hands them to their sequences.
+  void read_decode(const Launch& L) {
 #ifdef MUSACODER_CUDA
     if (L.e2) {
       const auto t0 = std::chrono::steady_clock::now();
@@ -574,16 +550,10 @@ struct GenerationEngine::Impl {
       stats.sample_gpu_ms += L.e1->elapsed_time(*L.e2);
     }
 #endif
-    const int64_t* ta = out_tok_h[L.buf].data_ptr<int64_t>();
-    const float* la = out_lp_h[L.buf].data_ptr<float>();
+    const int64_t* ta = out_tok_h.data_ptr<int64_t>();
+    const float* la = out_lp_h.data_ptr<float>();
     for (const auto& [row, id] : L.rows) {
-      auto it = live.find(id);
-      if (it == live.end()) {
-        ++stats.discarded_rows;
-        continue;
-      }
-      Seq& s = *it->second;
-      --s.ahead;
+      Seq& s = *live.at(id);
       ++s.pos;
       accept(s, static_cast<int32_t>(ta[row]), la[row]);
     }
@@ -592,8 +562,7 @@ struct GenerationEngine::Impl {
   // Moves the sequences of the highest slots into the lowest free ones (their cache rows
   // copied) when the running sequences fit a smaller batch bucket than the highest slot does.
   // Sampling depends on each sequence's seed and step, not on its slot, so the tokens are the
-  // same. A sequence with a step in flight (overlap) moves with the position that step writes
-  // (the copy is queued behind it); the step's token stays in its launch row (Seq::out_row).
+  // same.
   void compact() {
     int64_t top = 0;
     for (int64_t i = opts.max_batch - 1; i >= 0 && top == 0; --i)
@@ -605,7 +574,7 @@ struct GenerationEngine::Impl {
       const int64_t lo = *free_slots.begin();
       if (lo >= hi) break;
       Seq& s = *running[hi];
-      const int64_t n = s.pos + s.ahead;
+      const int64_t n = s.pos;
       for (size_t l = 0; l < cache.k.size(); ++l) {
         cache.k[l][lo].narrow(1, 0, n).copy_(cache.k[l][hi].narrow(1, 0, n));
         cache.v[l][lo].narrow(1, 0, n).copy_(cache.v[l][hi].narrow(1, 0, n));
@@ -619,32 +588,26 @@ struct GenerationEngine::Impl {
   }
 
   // One engine iteration; returns false when there was nothing to do. Admits waiting requests,
-  // launches a decode step, and reads that step's tokens, or with EngineOptions::overlap the
-  // step launched by the call before (this one's stays in flight while the caller works). Once
-  // no sequence is left running, nothing stays in flight.
+  // launches a decode step and reads that step's tokens.
   bool step() {
 #ifdef MUSACODER_CUDA
     std::optional<c10::cuda::CUDAStreamGuard> guard;
     if (stream) guard.emplace(*stream);
 #endif
     bool did = admit();
-    std::optional<Launch> before = std::exchange(inflight, std::nullopt);
-    if (num_running > 0) inflight = launch_decode();
-    did |= before || inflight;
-    if (before) read_decode(*before);
-    // Not overlapped, or nothing left running that a step in flight could serve: read it now.
-    if (inflight && (!opts.overlap || num_running == 0)) {
-      read_decode(*inflight);
-      inflight.reset();
+    if (num_running > 0) {
+      if (auto launched = launch_decode()) {
+        read_decode(*launched);
+        did = true;
+      }
     }
-    if (opts.compact_slots) compact();
+    compact();
     return did;
   }
 
   // A failure inside the engine (CUDA error, out of memory) fails the requests it touched, not
   // the process; the server answers them with an error and goes on.
   void fail_all(std::exception_ptr e) {
-    inflight.reset();
     live.clear();
     for (auto& s : running)
       if (s) {
@@ -678,7 +641,6 @@ EngineStats stats_between(const EngineStats& a, const EngineStats& b) {
   d.continued = b.continued - a.continued;
   d.kept_evicted = b.kept_evicted - a.kept_evicted;
   d.padded_tokens = b.padded_tokens - a.padded_tokens;
-  d.discarded_rows = b.discarded_rows - a.discarded_rows;
   d.decode_gpu_ms = b.decode_gpu_ms - a.decode_gpu_ms;
   d.sample_gpu_ms = b.sample_gpu_ms - a.sample_gpu_ms;
   d.step_wall_ms = b.step_wall_ms - a.step_wall_ms;
@@ -694,7 +656,10 @@ GenerationEngine::GenerationEngine(const model::QwenModel& model, const tok::Bpe
            ") must be at least 1 and admit wait steps (", opts.admit_wait_steps, ") at least 0");
   MC_CHECK(opts.max_seq_len > 1 && opts.max_seq_len <= model.config().max_position_embeddings, "max sequence length ",
            opts.max_seq_len, " must be in [2, max_position_embeddings = ", model.config().max_position_embeddings, "]");
-  if (model.device().is_cuda()) at::globalContext().setSDPUseCuDNN(opts.cudnn_attention);
+  // cuDNN's SDPA attention (libtorch 2.11's choice on Hopper) plans each new prompt length
+  // anew, ~8 ms a layer on the host; flash attention (GQA native) has no per-shape plan. The
+  // switch is process-wide; training calls flash directly.
+  if (model.device().is_cuda()) at::globalContext().setSDPUseCuDNN(false);
   impl_ = std::make_unique<Impl>(model, tokenizer, opts, stats_);
 }
 

@@ -73,14 +73,15 @@ struct EngineOptions {
   bool cuda_graphs = true;
   // "matmul" measured faster than "sdpa" on the H100 (6.7 vs 7.9 ms a step at 512 x Qwen-0.5B).
   std::string decode_attention = "matmul";
-  // With CUDA graphs: sampling is captured in the decode step's graph, and the step's inputs
+  // With CUDA graphs, sampling is captured in the decode step's graph, and the step's inputs
   // (tokens, positions, seeds, temperatures, top-p) are copied from pinned memory without a
   // sync, so a step is one graph launch and one copy back (top-k rows take the eager path).
-  bool graph_sampling = true;
   // Running sequences move down into free cache slots whenever that shrinks the decode step's
   // batch bucket (a power of two over the highest slot in use), so the step's work follows the
-  // sequences still running: a turn's tail is often a few long answers in high slots.
-  bool compact_slots = true;
+  // sequences still running: a turn's tail is often a few long answers in high slots. On CUDA,
+  // each prefill call's packed tokens are padded to model::prefill_bucket's count, so that its
+  // GEMMs meet shapes cuBLAS has seen (a new one costs the host 0.4-1.3 ms a GEMM on an H200).
+  // SDPA (prefill) uses flash attention, never cuDNN's, which plans each new prompt length anew.
   // Admitting prompts one call at a time costs a prefill call each (launches and a sync, ~the
   // same for one prompt as for eight), and stalls every running sequence for it. A caller whose
   // requests arrive one by one while others decode (RL's pipelined turns: each verdict asks for
@@ -90,33 +91,6 @@ struct EngineOptions {
   // per sequence (its seed and position), so when a sequence starts does not change its tokens.
   int admit_together = 1;
   int admit_wait_steps = 0;
-  // cuDNN's fused attention for SDPA. libtorch 2.11 prefers it on the H100, and cuDNN builds an
-  // execution plan for every new shape: each prefill of a new prompt length cost ~8 ms a layer
-  // on the host (an RL step's profile: 400 calls, 8.2 ms each), 64-107 ms a prefill call
-  // for the recipe's 8-layer model, whose pipelined turns prefill answers one or
-  // a few at a time, each of its own length. Off (the default): SDPA takes flash attention (GQA
-  // native), which has no per-shape plan. The switch is libtorch's and process-wide
-  // (at::globalContext().setSDPUseCuDNN); training's attention calls flash directly.
-  bool cudnn_attention = false;
-  // On CUDA, each prefill call's packed tokens are padded to model::prefill_bucket's count, so
-  // that its GEMMs meet shapes cuBLAS has seen (a new one costs the host 0.4-1.3 ms a GEMM on
-  // an H200). Off: exactly the prompts' tokens. Not on the CPU.
-  bool prefill_buckets = true;
-  // Each decode step is launched before the previous step's tokens are read back: its input
-  // tokens are the previous step's sampled ones, gathered on the device, so the host's work on a
-  // step's tokens (stops, stop strings, loops, the caller's own work between step() calls)
-  // overlaps the next step on the GPU instead of leaving it idle, and the GPU's queue never
-  // empties between steps (a GPU shared with MooreEval's judges hands its time slices on when
-  // it does). A sequence that finished at a step is decoded once more in the next (the row's
-  // result is thrown away: EngineStats::discarded_rows); a sequence that reaches max_new_tokens
-  // is not. Tokens are the same either way (per-row seeds and steps) up to the arithmetic of
-  // the batch: the rows a step holds differ at some steps (a finished sequence's extra step,
-  // admissions a step later), and on CUDA a GEMM of another batch bucket or a longer attention
-  // span may round differently, so bf16 samples are not bit for bit the synchronous engine's.
-  // Off by default: on an H200 it was within noise of the synchronous engine in `generate`
-  // (alone and beside judge-like loads), and inside RL its effect was not separated from the
-  // lease's (docs/model-stack.md). Off: each step's tokens are read before the next is launched.
-  bool overlap = false;
 };
 
 struct EngineStats {
@@ -125,26 +99,21 @@ struct EngineStats {
   // Summed over decode steps: the sequences decoded (running rows; the padded batch may be
   // larger) and the cache positions each attended to (the span, the longest sequence's).
   int64_t decode_rows = 0, decode_span = 0;
-  int64_t slot_moves = 0;  // sequences moved to a lower cache slot (compact_slots)
+  int64_t slot_moves = 0;  // sequences moved to a lower cache slot (the batch follows the running ones)
   // Kept caches (GenerationRequest::keep_kv): prompt tokens not prefilled because a kept entry
   // held them, prompts that continued a kept entry, and entries given up for room.
   int64_t reused_tokens = 0, continued = 0, kept_evicted = 0;
   // Where decode steps spend their time (CUDA only; GPU times from events): the model step,
   // sampling, and on the host clock launching the step and waiting for its tokens (the rest of
-  // a step's wall time is host work; with EngineOptions::overlap that work runs beside the next
-  // step on the GPU).
-  // With graph_sampling, decode_gpu_ms is the graph's (model and sampling) and sample_gpu_ms
-  // only what ran outside it.
+  // a step's wall time is host work). With CUDA graphs, decode_gpu_ms is the graph's (model and
+  // sampling) and sample_gpu_ms only what ran outside it.
   double decode_gpu_ms = 0, sample_gpu_ms = 0, step_wall_ms = 0;
   double prefill_wall_ms = 0;  // admitting prompts: prefill and their first token, host clock
   // Prefill's model calls on the GPU (CUDA events; CUDA only). Against prefill_wall_ms: whether
   // prefill computes or waits (a GPU shared with MooreEval's judges). What it computes is
-  // prompt_tokens - reused_tokens, packed, plus padded_tokens (EngineOptions::prefill_buckets).
+  // prompt_tokens - reused_tokens, packed, plus padded_tokens (model::prefill_bucket, CUDA).
   double prefill_gpu_ms = 0;
-  int64_t padded_tokens = 0;  // padding prefill computed and threw away (prefill_buckets)
-  // EngineOptions::overlap: rows decoded for sequences that had finished at the step before
-  // (included in decode_rows), their results thrown away.
-  int64_t discarded_rows = 0;
+  int64_t padded_tokens = 0;  // padding prefill computed and threw away (prefill buckets)
 };
 
 // Cache slots for a run that never decodes more than `sequences` at once: the power of two at
@@ -162,10 +131,8 @@ class GenerationEngine {
   GenerationEngine(const model::QwenModel& model, const tok::BpeTokenizer* tokenizer, EngineOptions opts);
   ~GenerationEngine();
 
-  // With EngineOptions::overlap a decode step may still be running on the GPU when step()
-  // returns (its tokens are read in the next call), but never once no sequence is left running:
-  // an engine with nothing running or waiting has no work in flight, so the caller may change
-  // the weights.
+  // Every step() reads its tokens back before it returns, so between calls the engine has no
+  // work in flight on the GPU and the caller may change the weights.
   //
   // Runs the requests to completion on the calling thread; result[i] has params.n completions.
   // on_tokens(k) is called as k more tokens are generated (for progress bars); on_complete

@@ -188,7 +188,6 @@ json StepSums::row(const StepFacts& f) const {
               // gen_reused_tokens, packed).
               {"gen_prefill_gpu_s", gd.prefill_gpu_ms / 1e3},
               {"gen_padded_tokens", static_cast<double>(gd.padded_tokens)},
-              {"gen_discarded_rows", static_cast<double>(gd.discarded_rows)},
               {"gen_admissions_held", static_cast<double>(gd.admissions_held)},
               {"gen_graphs_captured", static_cast<double>(gd.graphs_captured)},
               {"gen_slot_moves", static_cast<double>(gd.slot_moves)},

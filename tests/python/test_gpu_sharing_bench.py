@@ -1,5 +1,5 @@
 """Issue 15's engine benches on the CPU. bench/probes/gpu_sharing.py, whose load processes then load
-the CPU: every run measured, the engine and --overlap-decode beside the same loads, a profiled repeat that names the engine's parts, long-kernel loads,
+the CPU: every run measured, a profiled repeat that names the engine's parts, long-kernel loads,
 the load processes stopped afterwards, and a bad run list named. bench/probes/gemm_shapes.py: every
 GEMM timed three ways."""
 import json
@@ -19,17 +19,15 @@ def test_each_run_is_measured_and_its_loads_stopped(tmp_path):
     out = tmp_path / "sharing.json"
     r = subprocess.run([sys.executable, BENCH, "--musacoder", BINARY, "--device", "cpu", "--model-dir", tmp_path / "model",
                         "--loads", "0,1,0+1", "--prompts", "3", "--prompt-len", "24", "--prompt-len-spread", "8",
-                        "--new-tokens", "4", "--arrive-every", "2", "--profile", "0", "--overlap-too", "--out", out],
+                        "--new-tokens", "4", "--arrive-every", "2", "--profile", "0", "--out", out],
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads(out.read_text())
-    assert [(x["loads"], x["cpu_loads"], x["engine"]) for x in res["runs"]] == [
-        (0, 0, "sync"), (0, 0, "overlap"), (1, 0, "sync"), (1, 0, "overlap"), (0, 1, "sync"), (0, 1, "overlap")]
+    assert [(x["loads"], x["cpu_loads"]) for x in res["runs"]] == [(0, 0), (1, 0), (0, 1)]
     for x in res["runs"]:
         assert x["prefill_calls"] >= 1 and x["decode_steps"] >= 4 and x["tokens_per_s"] > 0
-    assert res["runs"][0]["load_bursts_per_s"] == 0 and res["runs"][2]["load_bursts_per_s"] > 0
-    assert "| 0 + 1 | overlap |" in r.stdout
-    assert "--overlap-decode against the synchronous engine beside the same loads (tokens/s): 0+0 " in r.stdout
+    assert res["runs"][0]["load_bursts_per_s"] == 0 and res["runs"][1]["load_bursts_per_s"] > 0
+    assert "| 0 + 1 | " in r.stdout
     # The profiled repeat names the engine's prefill (its layers) and decode steps among the host
     # ops (generate --profile); prefill::prepare is too small on the CPU to reach the top rows.
     md = (tmp_path / "gpu_sharing-profile-0_0.md").read_text()
@@ -88,18 +86,3 @@ def test_gemm_shapes_reports_every_gemm_and_order(tmp_path):
     assert [row["gemm"] for row in res["rows"]] == ["qkv", "o", "gate_up", "down"]
     for row in res["rows"]:
         assert all(row[k + "_host_us"] > 0 for k in ("same_m", "new_m", "bucketed_m"))
-
-
-def test_prefill_buckets_alternates_exact_and_padded(tmp_path):
-    """bench/probes/prefill_buckets.py on the CPU: exact and padded runs alternate, each measured (the
-    CPU never pads, so padding is 0 here; `generate --exact-prefill` is accepted)."""
-    out = tmp_path / "pb.json"
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "bench", "probes", "prefill_buckets.py"), "--musacoder", BINARY,
-                        "--device", "cpu", "--model-dir", tmp_path / "model", "--prompts", "3", "--prompt-len", "24",
-                        "--prompt-len-spread", "8", "--new-tokens", "3", "--repeats", "1", "--out", out],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    res = json.loads(out.read_text())
-    assert [x["way"] for x in res["runs"]] == ["exact", "padded"]
-    assert all(x["prefill_calls"] >= 1 and x["padded_tokens"] == 0 for x in res["runs"])
-    assert res["prefill_padded_over_exact"] > 0 and "padded against exact" in r.stdout

@@ -111,12 +111,9 @@ def test_continuous_batching_gives_the_same_tokens(models, tmp_path):
     mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "64", "--out", str(tmp_path / "big.jsonl"),
        "--stats", str(tmp_path / "big-stats.json"))
     mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "2", "--out", str(tmp_path / "small.jsonl"))
-    # Sequences left running in high slots move down as others finish; without the moves, the same tokens.
-    mc("generate", *common, "--stop-token-id", str(stop), "--max-batch", "64", "--no-compact-slots", "--out",
-       str(tmp_path / "fixed.jsonl"))
+    # Sequences left running in high slots move down as others finish (slot_moves), the same tokens.
     big, small = read_jsonl(tmp_path / "big.jsonl"), read_jsonl(tmp_path / "small.jsonl")
     assert [r["tokens"] for r in big] == [r["tokens"] for r in small]
-    assert [r["tokens"] for r in big] == [r["tokens"] for r in read_jsonl(tmp_path / "fixed.jsonl")]
     assert json.load(open(tmp_path / "big-stats.json"))["slot_moves"] > 0
     lengths = {len(r["tokens"]) for r in big}
     assert len(lengths) > 1, "sequences should finish at different steps"
@@ -133,17 +130,13 @@ def test_held_admissions_give_the_same_tokens(models, tmp_path):
     pf = write_jsonl(tmp_path / "p.jsonl", [{"prompt_ids": p} for p in prompts])
     common = ["--model", d, "--device", "cpu", "--prompts", pf, "--temperature", "0.9", "--seed", "7", "--n", "2",
               "--max-new-tokens", "30", "--ignore-eos", "--no-progress"]
-    # --cudnn-attention lets SDPA take cuDNN's attention on a GPU (on the CPU it changes nothing):
-    # the same tokens, and the run's stats say which it was.
     runs = {"all": [], "arriving": ["--arrive-every", "2"],
-            "held": ["--arrive-every", "2", "--admit-together", "3", "--admit-wait-steps", "4"],
-            "cudnn": ["--cudnn-attention"]}
+            "held": ["--arrive-every", "2", "--admit-together", "3", "--admit-wait-steps", "4"]}
     for name, extra in runs.items():
         mc("generate", *common, *extra, "--out", str(tmp_path / f"{name}.jsonl"), "--stats", str(tmp_path / f"{name}.json"))
     tokens = {name: [r["tokens"] for r in read_jsonl(tmp_path / f"{name}.jsonl")] for name in runs}
-    assert tokens["arriving"] == tokens["all"] and tokens["held"] == tokens["all"] and tokens["cudnn"] == tokens["all"]
+    assert tokens["arriving"] == tokens["all"] and tokens["held"] == tokens["all"]
     stats = {name: json.load(open(tmp_path / f"{name}.json")) for name in runs}
-    assert stats["cudnn"]["cudnn_attention"] is True and stats["all"]["cudnn_attention"] is False
     assert all(s["prefill_wall_ms_total"] > 0 for s in stats.values())
     # Arrivals at steps 0, 2, ..., 10: the first at once (nothing runs), then 1-3 and 4-5 together.
     assert stats["arriving"]["prefill_calls"] == 6 and stats["arriving"]["admissions_held"] == 0
