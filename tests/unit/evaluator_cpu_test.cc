@@ -618,7 +618,13 @@ TEST(EvaluatorCpu, NextLaneStartsOnceTheStandbyJudges) {
   Candidate hang = candidate_from_file(mc::test::cases_dir() + "/cpu/infinite_loop.py", add);
   hang.sample_id = "hang";
   cands.push_back(hang);
-  for (auto& c : honest_adds(add, 4)) cands.push_back(c);
+  // Each honest answer takes 4 s to import, so that the standby's first verdict comes well
+  // after the third lane's judge could start: on a loaded 2-core host a quick verdict in a warm
+  // judge came before a new process's first line.
+  for (auto& c : honest_adds(add, 4)) {
+    c.answer = "import time\ntime.sleep(4)\n" + c.answer;
+    cands.push_back(c);
+  }
   EvalConfig cfg;
   cfg.trial_timeout_floor_s = 4;
   cfg.trial_timeout_s = 10;

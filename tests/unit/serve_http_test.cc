@@ -231,7 +231,7 @@ TEST(HttpApi, DistributedPipelineJudgesThroughRedis) {
   test::RedisServer redis;
   mc::TempDir dir;
   test::ServeProc srv({"--device", "cpu", "--redis", redis.url(), "--cache-dir",
-                       (dir.path() / "server").string(), "--trials", "5"},
+                       (dir.path() / "server").string(), "--trials", "5", "--trial-timeout", "12"},
                       dir.path().string());
   test::WorkerProc compile(redis.url(), "c1", (dir.path() / "c1").string());
   // Two lanes: the hanging candidate shares the "GPU" with the others, is preempted there (a
@@ -239,8 +239,9 @@ TEST(HttpApi, DistributedPipelineJudgesThroughRedis) {
   test::WorkerProc gpu(redis.url(), "g1", (dir.path() / "g1").string(),
                        {"--device", "cpu", "--lanes", "2"}, "gpu");
   httplib::Client cli(srv.url());
-  // Alone this takes ~300 s on 2 cores (a hang judged twice, a torch extension compiled); in a
-  // full CI run beside the other tests it took over 400 s. The server waits 600 s at most.
+  // A hang is judged twice (beside the other lane, then alone), each time to its trial limit:
+  // --trial-timeout 12 keeps that short (the default's first trial runs up to 60 s). The server
+  // waits 600 s at most.
   cli.set_read_timeout(700, 0);
   std::string honest = read_file(test::cases_dir() + "/cpu/honest_add.py");
   std::string wrong = read_file(test::cases_dir() + "/cpu/wrong_add.py");
