@@ -8,5 +8,6 @@ bash scripts/setup.sh
 bash scripts/build.sh
 status=0
 (cd build && ctest --output-on-failure -j "$(nproc)" --timeout 1800) || status=1
-python3 -m pytest -q tests/python || status=1
+# --durations: the slowest tests in the log, for keeping CI inside its time.
+python3 -m pytest -q --durations=25 tests/python || status=1
 exit $status
