@@ -216,8 +216,8 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
               "accept problem sources in requests (they run unsandboxed in the judge: trusted clients only)");
   s->add_option("--compile-workers", m.serve_run.compile_workers, "compile pool size (0: cores/2)");
   s->add_option("--trials", m.serve_run.cfg.trials, "correctness trials")->capture_default_str();
-  s->add_option("--trial-timeout", m.serve_run.cfg.trial_timeout_s, "cap in seconds per correctness trial")
-      ->capture_default_str();
+  s->add_option("--trial-timeout", m.serve_run.cfg.trial_timeout_s, "seconds per correctness trial")
+      ->capture_default_str()->envname("MUSACODER_TRIAL_TIMEOUT");
   // The reward is computed here: an RL client (train rl --verifier) checks that these match its own.
   s->add_option("--speed-weight", m.serve_run.cfg.reward.lambda, "reward weight of the speedup (lambda)")
       ->capture_default_str();

@@ -101,8 +101,8 @@ struct GenerationEngine::Impl {
   at::Tensor in_i64, in_f32, out_tok, out_lp;
   at::Tensor in_i64_h, in_f32_h, out_tok_h, out_lp_h;
   bool graphs = false;
-  // A decode step launched and not yet read: its events, and (output row, sequence id) for each
-  // sequence it decoded.
+  // A decode step launched: its events, and (output row, sequence id) for each sequence it
+  // decoded.
   struct Launch {
     std::vector<std::pair<int64_t, uint64_t>> rows;
 #ifdef MUSACODER_CUDA
@@ -464,22 +464,18 @@ struct GenerationEngine::Impl {
     body();
   }
 
-  // Launches one decode step for every running sequence that may still sample (one whose
-  // pending tokens reach max_new_tokens is left out), without waiting for it: its tokens and
-  // log-probs are copied back into the host buffers of the Launch it returns, read by
-  // read_decode. nullopt: no sequence to decode.
-  std::optional<Launch> launch_decode() {
+  // Launches one decode step for every running sequence (accept() finishes a sequence at
+  // max_new_tokens, so each running one may sample), without waiting for it: its tokens and
+  // log-probs are copied back into the host buffers, read by read_decode. Needs a running
+  // sequence.
+  Launch launch_decode() {
     RECORD_USER_SCOPE("engine::decode_step");
     int64_t top = 0, max_pos = 0;
-    auto decodes = [](const Seq* s) {
-      return s && static_cast<int>(s->c.tokens.size()) < s->owner->req.params.max_new_tokens;
-    };
     for (int64_t i = 0; i < opts.max_batch; ++i)
-      if (decodes(running[i].get())) {
+      if (running[i]) {
         top = i + 1;
         max_pos = std::max(max_pos, running[i]->pos);
       }
-    if (top == 0) return std::nullopt;
     int64_t batch = std::min(next_pow2(std::max<int64_t>(top, 8)), opts.max_batch);
     int64_t span = std::min((max_pos + 1 + kSpanQuantum - 1) / kSpanQuantum * kSpanQuantum, opts.max_seq_len);
     // The step's inputs, rows without a sequence greedy on token 0 (their results are unused).
@@ -492,7 +488,7 @@ struct GenerationEngine::Impl {
     const int64_t B = opts.max_batch;
     bool any_top_p = false, any_top_k = false;
     for (int64_t i = 0; i < batch; ++i) {
-      Seq* s = i < top && decodes(running[i].get()) ? running[i].get() : nullptr;
+      Seq* s = i < top ? running[i].get() : nullptr;
       const SamplingParams* sp = s ? &s->owner->req.params : nullptr;
       ip[i] = s ? s->last : 0;
       ip[B + i] = s ? s->pos : opts.max_seq_len - 1;
@@ -596,10 +592,8 @@ struct GenerationEngine::Impl {
 #endif
     bool did = admit();
     if (num_running > 0) {
-      if (auto launched = launch_decode()) {
-        read_decode(*launched);
-        did = true;
-      }
+      read_decode(launch_decode());
+      did = true;
     }
     compact();
     return did;
