@@ -215,13 +215,7 @@ int main(int argc, char** argv) {
       ->required()->envname("MUSACODER_SOLUTIONS");
   eval->add_option("--out", eval_opts.out, "JSONL results, one row per candidate")
       ->envname("MUSACODER_OUT");
-  eval->add_option("--trials", eval_opts.cfg.trials, "correctness trials")->capture_default_str();
-  eval->add_option("--allow", eval_opts.allow, "relax a legality rule (cublas, cudnn, ...)");
-  eval->add_option("--compile-workers", eval_opts.compile_workers, "compile pool size (0: cores/2)")
-      ->envname("MUSACODER_COMPILE_WORKERS");
-  eval->add_flag("--no-timing", [&](int64_t) { eval_opts.cfg.timing = false; }, "skip timing");
-  eval->add_option("--trial-timeout", eval_opts.cfg.trial_timeout_s, "seconds per correctness trial")
-      ->capture_default_str()->envname("MUSACODER_TRIAL_TIMEOUT");
+  add_verdict_options(eval, eval_opts);
   eval->add_option("--load-timeout", eval_opts.cfg.load_timeout_s, "seconds to import and construct")
       ->capture_default_str()->envname("MUSACODER_LOAD_TIMEOUT");
   eval->add_flag("--skip-static", eval_opts.skip_static,
@@ -229,8 +223,6 @@ int main(int argc, char** argv) {
   eval->add_flag("--no-sandbox", eval_opts.no_sandbox, "run candidates unsandboxed (debugging only)");
   eval->add_option("--speedup-review-bound", eval_opts.cfg.speedup_review_bound,
                    "speedups above this are flagged, not paid")->capture_default_str();
-  eval->add_option("--reward-lambda", eval_opts.cfg.reward.lambda, "reward speed weight")->capture_default_str();
-  eval->add_option("--reward-nu-max", eval_opts.cfg.reward.nu_max, "cap on paid speedup-1")->capture_default_str();
 
   std::string check_solution, check_precision = "fp32";
   std::vector<std::string> check_allow;

@@ -42,27 +42,22 @@ void add_run_options(CLI::App* app, RunOptions& o, bool problems_required) {
                 ->envname("MUSACODER_PROBLEMS");
   if (problems_required) p->required();
   app->add_option("--level", o.level, "KernelBench level to use (0: all)")->envname("MUSACODER_LEVEL");
-  app->add_option("--gpus", o.gpus, "GPU indices as CUDA numbers them (within CUDA_VISIBLE_DEVICES), --lanes judges each")
-      ->capture_default_str()->envname("MUSACODER_GPUS");
-  app->add_option("--device", o.device, "cuda, or cpu to run judges on the CPU (tests)")
-      ->capture_default_str()->check(CLI::IsMember({"cuda", "cpu"}))->envname("MUSACODER_DEVICE");
   app->add_option("--precision", o.cfg.precision, "fp32, fp16 or bf16")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "fp16", "bf16"}))
       ->envname("MUSACODER_PRECISION");
   app->add_option("--seed", o.cfg.seed, "seed for weights and inputs")->capture_default_str();
-  app->add_option("--cache-dir", o.cache_dir, "compile cache and reference timings")
-      ->envname("MUSACODER_CACHE_DIR");
-  app->add_option("--timing-budget", o.cfg.timing_budget_s, "seconds of timing per callable")
-      ->capture_default_str()->envname("MUSACODER_TIMING_BUDGET");
-  app->add_flag("--no-progress", o.no_progress, "no progress bar");
-  app->add_option("--spares", o.spares, "warm candidate processes per judge (0: 1 on cpu, 6 on cuda)")
-      ->envname("MUSACODER_SPARES");
-  app->add_option("--lanes", o.lanes, "judges per GPU: correctness trials of several candidates at once, timing "
-                  "alone (0: 1 on cpu, 4 on cuda)")->envname("MUSACODER_LANES");
-  app->add_option("--backend", o.backend, "cuda, or musa (Moore Threads; needs mcc and torch_musa)")
-      ->capture_default_str()->check(CLI::IsMember({"cuda", "musa"}))->envname("MUSACODER_BACKEND");
-  app->add_option("--cuda-arch", o.cuda_arch, "compute capability without the dot (default: detect)")
-      ->envname("MUSACODER_CUDA_ARCH");
+  add_judge_options(app, o);
+}
+
+void add_verdict_options(CLI::App* app, RunOptions& o) {
+  app->add_option("--trials", o.cfg.trials, "correctness trials")->capture_default_str();
+  app->add_option("--allow", o.allow, "relax a legality rule (cublas, cudnn, ...)");
+  app->add_flag("--no-timing", [&o](int64_t) { o.cfg.timing = false; }, "skip timing");
+  // --reward-lambda and --reward-nu-max: eval's earlier names, kept as aliases for a release.
+  app->add_option("--speed-weight,--reward-lambda", o.cfg.reward.lambda, "reward weight of the speedup (lambda)")
+      ->capture_default_str();
+  app->add_option("--speed-cap,--reward-nu-max", o.cfg.reward.nu_max, "largest paid speedup - 1 (nu_max)")
+      ->capture_default_str();
 }
 
 void add_judge_options(CLI::App* app, RunOptions& o, const std::string& prefix) {

@@ -1,4 +1,4 @@
-// Options shared by the subcommands that run MooreEval (eval, baseline, serve, worker).
+// Option groups shared by the subcommands that run MooreEval: each group is declared once, here.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -36,13 +36,17 @@ struct RunOptions {
 
 std::string default_cache_dir();  // $XDG_CACHE_HOME/musacoder or ~/.cache/musacoder
 std::vector<int> parse_gpus(const std::string& s);
-// --problems is required unless `problems_required` is false.
+// What a command that judges a set of problems takes (eval, baseline, selftest, serve): --problems
+// --level --precision --seed and the judges' options below. --problems is required unless
+// `problems_required` is false.
 void add_run_options(CLI::App* app, RunOptions& o, bool problems_required = true);
+// How a verdict and its reward are made (eval, serve): --trials --allow --no-timing --speed-weight
+// --speed-cap.
+void add_verdict_options(CLI::App* app, RunOptions& o);
 // --stop-loops W of every command that samples (gen::SamplingParams::loop_window,
 // generate/repetition.h).
 void add_stop_loops_option(CLI::App* app, int& loop_window);
-// The in-process judges of commands that verify answers they make or fetch (rft, bench-model,
-// train rl): --gpus --device --cache-dir --timing-budget --trial-timeout --compile-workers
+// The in-process judges of every command that judges (the above, and rft, bench-model, train rl): --gpus --device --cache-dir --timing-budget --trial-timeout --compile-workers
 // --spares --lanes --cuda-arch --backend, and --no-progress. A command whose own --device and
 // --no-progress are another part's (train rl's policy) gives `prefix` "verify-": the judges'
 // are then --verify-gpus and --verify-device, and the command declares --no-progress itself.

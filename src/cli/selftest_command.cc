@@ -69,8 +69,6 @@ SelftestCommand::SelftestCommand(CLI::App& app) : impl_(std::make_unique<Impl>()
                     "with --resume, judge these rows again: variants (half), negatives, honest, problems "
                     "(L3/2_ShallowWideMLP) or candidates (L3/44_MiniGPTBlock:reorder), comma-separated")
       ->delimiter(',');
-  m.cmd->add_option("--trial-timeout", m.o.cfg.trial_timeout_s, "cap in seconds per correctness trial")
-      ->capture_default_str();
 }
 
 SelftestCommand::~SelftestCommand() = default;

@@ -214,16 +214,7 @@ ServeCommands::ServeCommands(CLI::App& app) : impl_(std::make_unique<Impl>()) {
   s->add_option("--gpu-kind", m.gpu_kind, "GPU name in job ids (default: detected)");
   s->add_flag("--allow-inline-problems", m.server.allow_inline_problems,
               "accept problem sources in requests (they run unsandboxed in the judge: trusted clients only)");
-  s->add_option("--compile-workers", m.serve_run.compile_workers, "compile pool size (0: cores/2)");
-  s->add_option("--trials", m.serve_run.cfg.trials, "correctness trials")->capture_default_str();
-  s->add_option("--trial-timeout", m.serve_run.cfg.trial_timeout_s, "seconds per correctness trial")
-      ->capture_default_str()->envname("MUSACODER_TRIAL_TIMEOUT");
-  // The reward is computed here: an RL client (train rl --verifier) checks that these match its own.
-  s->add_option("--speed-weight", m.serve_run.cfg.reward.lambda, "reward weight of the speedup (lambda)")
-      ->capture_default_str();
-  s->add_option("--speed-cap", m.serve_run.cfg.reward.nu_max, "largest paid speedup - 1 (nu_max)")->capture_default_str();
-  s->add_option("--allow", m.serve_run.allow, "relax a legality rule (cublas, cudnn, ...)");
-  s->add_flag("--no-timing", [&m](int64_t) { m.serve_run.cfg.timing = false; }, "skip timing");
+  add_verdict_options(s, m.serve_run);  // the reward is computed here: an RL client checks that its own matches
   s->add_flag("--compile-only", m.serve_run.cfg.compile_only, "stop after compiling (no GPU)");
 
   m.worker = app.add_subcommand("worker", "run one stage of MooreEval on jobs from Redis Streams");
