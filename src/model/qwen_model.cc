@@ -334,9 +334,12 @@ at::Tensor QwenModel::hidden_states_packed(const PackedTokens& p, bool checkpoin
     auto idx = at::arange(ids.size(0), cu.options());
     mask = seg.unsqueeze(1).eq(seg.unsqueeze(0)).logical_and_(idx.unsqueeze(1).ge(idx.unsqueeze(0)));
   }
-  for (const Layer& l : layers_) {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    const Layer& l = layers_[i];
+    if (hooks_) hooks_->before_layer(i);
     if (!checkpoint_layers || !at::GradMode::is_enabled()) {
       h = packed_layer(l, h, cos, sin, dp, mask);
+      if (hooks_) hooks_->after_layer(i, h);
       continue;
     }
     // The layer's defined tensors go through the node; the run rebuilds a Layer from them.
@@ -354,6 +357,7 @@ at::Tensor QwenModel::hidden_states_packed(const PackedTokens& p, bool checkpoin
       return packed_layer(copy, x, cos, sin, dp, mask);
     };
     h = CheckpointedLayer::apply(h, run, at::TensorList(run->params));
+    if (hooks_) hooks_->after_layer(i, h);
   }
   return rms_norm(h, final_norm_);
 }
@@ -630,13 +634,21 @@ std::vector<at::Tensor> QwenModel::parameters() const {
   return p;
 }
 
+std::vector<at::Tensor> QwenModel::layer_parameters(size_t i) const {
+  MC_CHECK(i < layers_.size(), "layer ", i, " of ", layers_.size());
+  const Layer& l = layers_[i];
+  std::vector<at::Tensor> p;
+  for (const auto& t : {l.down_w, l.gate_up_w, l.post_norm, l.o_b, l.o_w, l.k_norm, l.q_norm, l.qkv_b, l.qkv_w, l.input_norm})
+    if (t.defined()) p.push_back(t);
+  return p;
+}
+
 std::vector<at::Tensor> QwenModel::parameters_in_backward_order() const {
   std::vector<at::Tensor> p;
   if (!cfg_.tie_word_embeddings) p.push_back(lm_head_w_);
   p.push_back(final_norm_);
-  for (auto l = layers_.rbegin(); l != layers_.rend(); ++l)
-    for (const auto& t : {l->down_w, l->gate_up_w, l->post_norm, l->o_b, l->o_w, l->k_norm, l->q_norm, l->qkv_b, l->qkv_w, l->input_norm})
-      if (t.defined()) p.push_back(t);
+  for (size_t i = layers_.size(); i-- > 0;)
+    for (auto& t : layer_parameters(i)) p.push_back(t);
   p.push_back(embed_);
   return p;
 }

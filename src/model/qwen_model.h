@@ -42,6 +42,15 @@ struct KvCache {
 // fall into few sizes, which the library soon knows.
 int64_t prefill_bucket(int64_t n);
 
+// Called around each decoder layer of hidden_states_packed (training and its loss evaluation):
+// weight sharding (train/weight_shards.h) gathers a layer's weights in before_layer and frees
+// them after, and hooks the output to gather them again for backward.
+struct LayerHooks {
+  virtual ~LayerHooks() = default;
+  virtual void before_layer(size_t layer) = 0;
+  virtual void after_layer(size_t layer, const at::Tensor& out) = 0;
+};
+
 class QwenModel {
  public:
   // Reads dir/config.json and dir/*.safetensors. dtype kUndefined: bf16 on CUDA, fp32 on CPU.
@@ -112,6 +121,10 @@ class QwenModel {
   // The same leaves in the order backward finishes their gradients (LM head and final norm,
   // then the layers from the last, the embedding last), for gradient buckets.
   std::vector<at::Tensor> parameters_in_backward_order() const;
+  // Layer i's leaves (a subset of parameters(), in a fixed order).
+  std::vector<at::Tensor> layer_parameters(size_t i) const;
+  // Not owned; nullptr: none. hidden_states_packed calls them around every layer.
+  void set_layer_hooks(LayerHooks* hooks) { hooks_ = hooks; }
   const at::Tensor& lm_head_weight() const { return lm_head_w_; }
   void set_requires_grad(bool on);
   // Writes config.json (dtype updated) and model.safetensors, or shards of at most
@@ -155,6 +168,7 @@ class QwenModel {
   at::Tensor embed_, final_norm_, lm_head_w_;  // lm_head_w_ is embed_ when tied
   std::vector<Layer> layers_;
   at::Tensor rope_cos_, rope_sin_;  // [max_positions, head_dim] fp32
+  LayerHooks* hooks_ = nullptr;
 };
 
 }  // namespace mc::model

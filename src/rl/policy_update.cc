@@ -52,9 +52,16 @@ json backward_policy_loss(model::QwenModel& model, const std::optional<model::Qw
   opt.zero_grad();
   const double T = o.temperature;
   json dumped = json::array();
-  for (size_t j = 0; j < mbs.size(); ++j) {
+  // With sharded weights a rank short of micro-batches makes idle passes (ShardedAdamW::passes).
+  const auto passes = static_cast<size_t>(opt.passes(static_cast<int64_t>(mbs.size())));
+  for (size_t j = 0; j < passes; ++j) {
+    opt.set_last_micro_batch(j + 1 == passes);
+    if (j >= mbs.size()) {
+      opt.idle_backward(model);
+      opt.after_backward();
+      continue;
+    }
     const train::MicroBatch& mb = mbs[j];
-    opt.set_last_micro_batch(j + 1 == mbs.size());
     std::vector<float> old_lp, adv;
     std::vector<int64_t> cu = {0};
     for (int64_t e : mb.examples) {
@@ -105,7 +112,7 @@ json backward_policy_loss(model::QwenModel& model, const std::optional<model::Qw
     m.entropy_sum = (lp.entropy * mask.to(at::kFloat)).sum().item<double>();
     sums.micro_batch(m);
   }
-  if (mbs.empty()) {
+  if (passes == 0) {
     opt.set_last_micro_batch(true);
     opt.after_backward();
   }

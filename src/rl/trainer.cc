@@ -269,6 +269,7 @@ class RlRun {
   std::optional<model::QwenModel> ref_;
   std::vector<train::Example> anchor_;
   std::unique_ptr<train::ShardedAdamW> opt_;
+  std::unique_ptr<model::QwenModel> engine_model_;  // sharded weights: the engine's whole copy
   std::unique_ptr<gen::GenerationEngine> engine_;
   std::unique_ptr<RolloutRunner> runner_;
   RetryBufferOptions retry_opts_;
@@ -333,7 +334,7 @@ RlRun::RlRun(const RlOptions& o) : o_(o), env_(train::dist_env_from_environment(
     write_file_atomic(fs::path(o.out_dir) / "problems.txt", keys);
   }
   if (!anchor_.empty() && !anchor_start_)
-    anchor_start_ = train::mean_token_loss(*model_, anchor_, o.micro_batch_tokens, *dist_);
+    anchor_start_ = train::mean_token_loss(*model_, anchor_, o.micro_batch_tokens, *dist_, opt_->shards_weights());
   log_ = std::make_unique<train::MetricsLog>(o.out_dir, start_, main_);
   order_ = epoch_order(tasks_, o.order, o.seed, epoch_);
   // Verifier failures, each with what the verifier said (OUT/infra_errors[-rankN].jsonl).
@@ -387,6 +388,14 @@ void RlRun::load_model() {
   if (!o_.anchor_data.empty()) anchor_ = train::load_examples(o_.anchor_data, *tok_, o_.max_seq_len, nullptr, chat_);
   if (o_.loss.kl_coef > 0) ref_.emplace(model::QwenModel::load(o_.model_dir, device_, model_->dtype()));
   opt_ = std::make_unique<train::ShardedAdamW>(*model_, *dist_, o_.adamw);
+  // Sharded weights leave the trainer's layers whole only while they compute: the engine samples
+  // from a whole copy of its own (2P more memory per GPU), which every update refreshes.
+  if (opt_->shards_weights()) {
+    engine_model_ = std::make_unique<model::QwenModel>(
+        model::QwenModel::load(ckpt_ ? ckpt_->dir : o_.model_dir, device_, model_->dtype()));
+    opt_->copy_weights_to(*engine_model_);
+  }
+  const model::QwenModel& sampler = engine_model_ ? *engine_model_ : *model_;
   gen::EngineOptions eo;
   // Cache slots for the sequences a step can decode at once (this rank's prompts x the group;
   // later turns have fewer), not --max-batch's 256: at 16k positions that is 17 GB of cache
@@ -404,13 +413,14 @@ void RlRun::load_model() {
     eo.admit_together = 8;
     eo.admit_wait_steps = 16;
   }
-  engine_ = std::make_unique<gen::GenerationEngine>(*model_, tok_.get(), eo);
-  runner_ = std::make_unique<RolloutRunner>(*engine_, *model_, *tok_, *verifier_, o_.planted.empty() ? nullptr : &planted_,
+  engine_ = std::make_unique<gen::GenerationEngine>(sampler, tok_.get(), eo);
+  runner_ = std::make_unique<RolloutRunner>(*engine_, sampler, *tok_, *verifier_, o_.planted.empty() ? nullptr : &planted_,
                                             chat_);
 }
 
 void RlRun::restore() {
   json st = train::load_checkpoint(*ckpt_, *opt_, *dist_);
+  if (engine_model_) opt_->copy_weights_to(*engine_model_);
   MC_CHECK(st.value("kind", "") == "rl", ckpt_->dir, " is not an RL checkpoint");
   MC_CHECK(st.value("format_version", 1) <= kRlStateVersion, ckpt_->dir, " was written by a newer musacoder (RL state version ",
            st.value("format_version", 1), ", this one reads up to ", kRlStateVersion, ")");
@@ -566,6 +576,7 @@ double RlRun::update(int64_t step, const std::vector<TrainSeq>& batch, StepSums&
   if (!o_.dump_dir.empty()) dump_gradients(*model_, *opt_, o_.dump_dir, step + 1, uo, *n_tokens, seqs);
   if (*n_tokens > 0) {
     opt_->step(sched_.at(step));
+    if (engine_model_) opt_->copy_weights_to(*engine_model_);  // the engine samples what was just stepped
     engine_->release_kept();  // kept K/V are the old weights': a later turn prefills anew
   }
   return grad_norm;
@@ -672,7 +683,7 @@ RlResult RlRun::run() {
     if (!anchor_.empty() && (step + 1) % o_.anchor_every == 0) {
       auto t_anchor = Clock::now();
       f.anchor = true;
-      f.anchor_loss = train::mean_token_loss(*model_, anchor_, o_.micro_batch_tokens, *dist_);
+      f.anchor_loss = train::mean_token_loss(*model_, anchor_, o_.micro_batch_tokens, *dist_, opt_->shards_weights());
       f.anchor_loss_change = f.anchor_loss - *anchor_start_;
       f.anchor_s = since(t_anchor);
     }

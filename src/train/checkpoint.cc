@@ -58,7 +58,7 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& out_dir) {
 }
 
 void save_checkpoint(const std::string& out_dir, int64_t step, const model::QwenModel& model, const std::string& source_model_dir,
-                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
+                     ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
                      const std::function<void(const std::string& dir)>& write_extra) {
   fs::path root = fs::path(out_dir) / "checkpoints";
   std::string name = fmt::format("step-{:08d}", step);
@@ -69,11 +69,16 @@ void save_checkpoint(const std::string& out_dir, int64_t step, const model::Qwen
     for (const auto& e : fs::directory_iterator(root))
       if (e.path().filename().string().rfind(".tmp-", 0) == 0) fs::remove_all(e.path());
     fs::create_directories(tmp);
+  }
+  // Sharded weights: every rank takes part in gathering the layers rank 0 writes.
+  opt.gather_weights();
+  if (dist.is_main()) {
     // The model first: QwenModel::save clears *.safetensors in its folder.
     model.save(tmp.string(), model.dtype());
     copy_model_files(source_model_dir, tmp);
     std::ofstream((tmp / "trainer_state.json").string()) << state.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
   }
+  opt.release_weights();
   dist.barrier();
   // Every rank: its optimizer shard.
   auto st = opt.state();
@@ -115,7 +120,7 @@ nlohmann::json load_checkpoint(const CheckpointInfo& ckpt, ShardedAdamW& opt, Di
   model::SafetensorsFile f(shard.string());
   auto layout = f.metadata().count("layout") ? f.metadata().at("layout") : "";
   MC_CHECK(layout == opt.layout_signature(), shard.string(), " belongs to another optimizer layout (", layout, ") than this run's (",
-           opt.layout_signature(), "): the model or --bucket-mb changed");
+           opt.layout_signature(), "): the model, --bucket-mb or --shard changed");
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const auto& v : f.tensors())
     tensors.emplace_back(v.name, at::from_blob(const_cast<uint8_t*>(v.data), v.shape, at::kFloat).clone());

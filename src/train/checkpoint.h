@@ -35,7 +35,7 @@ std::optional<CheckpointInfo> latest_checkpoint(const std::string& out_dir);
 // write_extra, if given, is called on every rank with the temporary folder, before it is renamed
 // into place (a trainer's own per-rank state goes in the same whole-or-nothing checkpoint).
 void save_checkpoint(const std::string& out_dir, int64_t step, const model::QwenModel& model, const std::string& source_model_dir,
-                     const ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
+                     ShardedAdamW& opt, const nlohmann::json& state, Distributed& dist, int keep_last,
                      const std::function<void(const std::string& dir)>& write_extra = {});
 
 // Reads trainer_state.json and this rank's optimizer shard into opt (which writes the master

@@ -179,14 +179,21 @@ SftResult run_sft(const SftOptions& o) {
 
     opt.zero_grad();
     at::Tensor loss_sum = at::zeros({1}, at::TensorOptions().dtype(at::kDouble).device(device));
-    for (size_t j = 0; j < mine.size(); ++j) {
-      opt.set_last_micro_batch(j + 1 == mine.size());
+    // With sharded weights a rank short of micro-batches makes idle passes (ShardedAdamW::passes).
+    const auto passes = static_cast<size_t>(opt.passes(static_cast<int64_t>(mine.size())));
+    for (size_t j = 0; j < passes; ++j) {
+      opt.set_last_micro_batch(j + 1 == passes);
+      if (j >= mine.size()) {
+        opt.idle_backward(model);
+        opt.after_backward();
+        continue;
+      }
       auto l = micro_batch_loss(model, *mine[j], o.grad_checkpoint);
       (l / loss_tokens).backward();
       opt.after_backward();
       loss_sum += l.detach().to(at::kDouble);
     }
-    if (mine.empty()) {
+    if (passes == 0) {
       opt.set_last_micro_batch(true);
       opt.after_backward();
     }
@@ -212,7 +219,7 @@ SftResult run_sft(const SftOptions& o) {
       row["peak_reserved_gib"] = t[1].item<double>();
     }
     if (o.eval_every > 0 && !eval_data.empty() && (step + 1) % o.eval_every == 0) {
-      double el = mean_token_loss(model, eval_data, o.micro_batch_tokens, dist);
+      double el = mean_token_loss(model, eval_data, o.micro_batch_tokens, dist, opt.shards_weights());
       log.log("eval", step + 1, {{"loss", el}});
       row["eval_loss"] = el;
     }

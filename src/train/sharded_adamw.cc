@@ -4,21 +4,54 @@
 #include <map>
 
 #include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <fmt/format.h>
 
 #include "common/check.h"
+#include "train/weight_shards.h"
 
 namespace mc::train {
 
+// The post-accumulate hook of a parameter under sharded weights.
+struct ShardedAdamW::TakeGrad : torch::autograd::PostAccumulateGradHook {
+  TakeGrad(ShardedAdamW* o, size_t i) : opt(o), index(i) {}
+  void operator()(const torch::autograd::Variable& p) override {
+    at::Tensor g = p.grad();
+    const_cast<torch::autograd::Variable&>(p).mutable_grad().reset();
+    if (g.defined()) opt->on_grad(index, g);
+  }
+  ShardedAdamW* opt;
+  size_t index;
+};
+
 ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOptions opt)
-    : dist_(dist), opt_(opt) {
+    : dist_(dist), opt_(opt), dtype_(model.dtype()) {
   model.set_requires_grad(true);
-  params_ = model.parameters_in_backward_order();
   const int64_t W = dist_.world();
-  // Buckets of whole parameters, in backward order.
+  const bool weights = shards_weights();
+  if (weights) shards_ = std::make_unique<WeightShards>(model, dist);
+  // Buckets of whole parameters, in backward order (the LM head and final norm, the layers from
+  // the last, the embedding). With sharded weights each layer is a bucket, and the embedding
+  // starts one.
+  std::vector<int> layer_of;  // per parameter of the backward order: its layer, or -1
+  {
+    const auto cfg = model.config();
+    std::vector<int> tail;
+    for (int i = cfg.num_layers - 1; i >= 0; --i)
+      for (size_t k = 0; k < model.layer_parameters(static_cast<size_t>(i)).size(); ++k) tail.push_back(i);
+    const auto order = model.parameters_in_backward_order();
+    layer_of.assign(order.size() - tail.size() - 1, -1);
+    layer_of.insert(layer_of.end(), tail.begin(), tail.end());
+    layer_of.push_back(-1);
+    params_ = order;
+  }
   int64_t flat = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (buckets_.empty() || buckets_.back().size >= opt_.bucket_elements) {
+    bool fresh = buckets_.empty() || buckets_.back().size >= opt_.bucket_elements;
+    if (weights && !buckets_.empty())  // a layer is one bucket, whatever its size
+      fresh = layer_of[i] != buckets_.back().layer || (layer_of[i] < 0 && fresh);
+    if (fresh) {
       if (!buckets_.empty()) {
         auto& b = buckets_.back();
         b.size = (b.size + W - 1) / W * W;
@@ -26,6 +59,7 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
       }
       buckets_.emplace_back();
       buckets_.back().start = flat;
+      buckets_.back().layer = weights ? layer_of[i] : -1;
     }
     Bucket& b = buckets_.back();
     offset_.push_back(b.start + b.size);
@@ -38,19 +72,29 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
   flat = buckets_.back().start + buckets_.back().size;
 
   auto f32 = params_[0].options().dtype(at::kFloat).requires_grad(false);
-  grads_ = at::zeros({flat}, f32);
-  gathered_ = at::zeros({flat}, params_[0].options().requires_grad(false));
-  // Masters: every parameter in fp32 in the flat layout, then each rank keeps its pieces.
+  if (!weights) {
+    grads_ = at::zeros({flat}, f32);
+    gathered_ = at::zeros({flat}, params_[0].options().requires_grad(false));
+  }
+  // Masters: each rank keeps its pieces of every bucket in fp32 (a sharded layer's piece is the
+  // piece of the weights this rank stores).
   {
     c10::AutoGradMode no_grad(false);
-    auto all = at::zeros({flat}, f32);
-    for (size_t i = 0; i < params_.size(); ++i) all.narrow(0, offset_[i], params_[i].numel()).copy_(params_[i].reshape(-1));
     for (auto& b : buckets_) {
       int64_t piece = b.size / W, lo = b.start + dist_.rank() * piece;
-      b.master = all.narrow(0, lo, piece).clone();
+      if (b.layer >= 0) {
+        MC_INTERNAL_ASSERT(shards_->padded_size(static_cast<size_t>(b.layer)) == b.size, "bucket and layer buffer differ");
+        b.master = shards_->piece(static_cast<size_t>(b.layer)).to(at::kFloat);
+      } else {
+        auto all = at::zeros({b.size}, f32);
+        for (size_t i = 0; i < params_.size(); ++i)
+          if (&buckets_[bucket_of_[i]] == &b) all.narrow(0, offset_[i] - b.start, params_[i].numel()).copy_(params_[i].reshape(-1));
+        b.master = all.narrow(0, lo - b.start, piece).clone();
+      }
       b.exp_avg = at::zeros({piece}, f32);
       b.exp_avg_sq = at::zeros({piece}, f32);
-      b.grad_piece = W == 1 ? grads_.narrow(0, b.start, b.size) : at::zeros({piece}, f32);
+      if (!weights) b.grad = grads_.narrow(0, b.start, b.size);
+      b.grad_piece = !weights && W == 1 ? b.grad : at::zeros({piece}, f32);
       b.step = at::zeros({}, f32);
       // Weight decay on matrices only: the parts of this piece that belong to them.
       for (size_t i = 0; i < params_.size(); ++i) {
@@ -60,48 +104,133 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
       }
     }
   }
+  if (!weights) {
+    for (size_t i = 0; i < params_.size(); ++i)
+      hooks_.push_back(params_[i].register_hook([this, i](const at::Tensor& g) { on_grad(i, g); }));
+    return;
+  }
+  // Sharded weights: the gradient is taken after autograd accumulated it into .grad, and .grad
+  // is dropped at once, so no whole bf16 gradient outlives its layer's backward.
   for (size_t i = 0; i < params_.size(); ++i)
-    hooks_.push_back(params_[i].register_hook([this, i](const at::Tensor& g) { on_grad(i, g); }));
+    torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::make_unique<TakeGrad>(this, i));
 }
 
 ShardedAdamW::~ShardedAdamW() {
+  if (shards_weights()) {
+    for (auto& p : params_) torch::autograd::impl::set_post_acc_grad_hooks(p, nullptr);
+    return;
+  }
   for (size_t i = 0; i < params_.size(); ++i) params_[i].remove_hook(hooks_[i]);
 }
 
 void ShardedAdamW::zero_grad() {
-  grads_.zero_();
+  if (grads_.defined()) grads_.zero_();
   for (auto& b : buckets_) {
+    if (shards_weights()) b.grad_piece.zero_();
     b.ready = 0;
     b.launched = false;
     b.work.reset();
   }
+  next_launch_ = 0;
   last_ = true;
 }
 
 void ShardedAdamW::on_grad(size_t i, const at::Tensor& g) {
   c10::AutoGradMode no_grad(false);
-  grads_.narrow(0, offset_[i], params_[i].numel()).add_(g.reshape(-1));
-  if (!last_) return;
   Bucket& b = buckets_[bucket_of_[i]];
-  if (++b.ready == b.num_params) launch(b);
+  if (!b.grad.defined()) b.grad = at::zeros({b.size}, g.options().dtype(at::kFloat));
+  b.grad.narrow(0, offset_[i] - b.start, params_[i].numel()).add_(g.reshape(-1));
+  if (!last_ && !shards_weights()) return;
+  if (++b.ready < b.num_params) return;
+  if (!shards_weights()) return launch(b);
+  if (b.layer >= 0) shards_->release(static_cast<size_t>(b.layer));  // backward is done with the layer
+  launch_ready();
+}
+
+void ShardedAdamW::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].ready == buckets_[next_launch_].num_params)
+    launch(buckets_[next_launch_++]);
 }
 
 void ShardedAdamW::launch(Bucket& b) {
   if (b.launched) return;
   b.launched = true;
-  if (dist_.world() > 1) b.work = dist_.reduce_scatter_sum(b.grad_piece, grads_.narrow(0, b.start, b.size));
+  if (!shards_weights()) {
+    if (dist_.world() > 1) b.work = dist_.reduce_scatter_sum(b.grad_piece, grads_.narrow(0, b.start, b.size));
+    return;
+  }
+  if (!b.grad.defined()) b.grad = at::zeros({b.size}, b.grad_piece.options());  // no gradient in this pass
+  Pending p{static_cast<size_t>(&b - buckets_.data()), at::empty_like(b.grad_piece), {}};
+  p.work = dist_.reduce_scatter_sum(p.piece, b.grad);
+  pending_.push_back(std::move(p));
+  while (pending_.size() > 2) retire_one();  // at most two buckets' gradients in flight
+}
+
+void ShardedAdamW::retire_one() {
+  Pending p = std::move(pending_.front());
+  pending_.erase(pending_.begin());
+  if (p.work) p.work->wait();
+  Bucket& b = buckets_[p.bucket];
+  b.grad_piece.add_(p.piece);
+  b.grad.reset();
 }
 
 void ShardedAdamW::after_backward() {
   for (auto& p : params_) p.mutable_grad().reset();
+  if (shards_weights()) {
+    c10::AutoGradMode no_grad(false);
+    for (size_t k = next_launch_; k < buckets_.size(); ++k) launch(buckets_[k]);  // in order, as on every rank
+    while (!pending_.empty()) retire_one();
+    for (auto& b : buckets_) {
+      b.ready = 0;
+      b.launched = false;
+    }
+    next_launch_ = 0;
+    shards_->end_backward();
+    return;
+  }
   if (last_)
     for (auto& b : buckets_) launch(b);
+}
+
+int64_t ShardedAdamW::passes(int64_t mine) {
+  if (!shards_weights()) return mine;
+  auto t = at::tensor({static_cast<double>(mine)}, at::kDouble).to(params_[0].device());
+  dist_.all_reduce_max(t);
+  return static_cast<int64_t>(t.item<double>());
+}
+
+void ShardedAdamW::idle_backward(const model::QwenModel& model) {
+  model::PackedTokens p{at::zeros({1}, at::kLong), at::zeros({1}, at::kLong), at::tensor({0, 1}, at::kInt), 1};
+  auto h = model.hidden_states_packed(p);
+  // Every parameter gets a gradient (of zero), as in a real pass.
+  (at::linear(h, model.lm_head_weight()).sum() * 0).backward();
+}
+
+void ShardedAdamW::gather_weights() {
+  if (shards_) shards_->gather_all();
+}
+
+void ShardedAdamW::release_weights() {
+  if (shards_) shards_->release_all();
+}
+
+void ShardedAdamW::copy_weights_to(model::QwenModel& dst) {
+  c10::AutoGradMode no_grad(false);
+  auto to = dst.parameters_in_backward_order();
+  MC_CHECK(to.size() == params_.size(), "copy_weights_to: another architecture (", to.size(), " tensors, not ", params_.size(), ")");
+  for (size_t i = 0; i < params_.size();) {
+    const Bucket& b = buckets_[bucket_of_[i]];
+    if (b.layer >= 0) shards_->acquire(static_cast<size_t>(b.layer));
+    for (; i < params_.size() && &buckets_[bucket_of_[i]] == &b; ++i) to[i].copy_(params_[i]);
+    if (b.layer >= 0) shards_->release(static_cast<size_t>(b.layer));
+  }
 }
 
 double ShardedAdamW::finish_gradients(double max_norm, double scale) {
   std::vector<at::Tensor> pieces;
   for (auto& b : buckets_) {
-    MC_INTERNAL_ASSERT(b.launched, "finish_gradients before the last micro-batch's after_backward");
+    MC_INTERNAL_ASSERT(b.launched || shards_weights(), "finish_gradients before the last micro-batch's after_backward");
     if (b.work) b.work->wait();
     b.work.reset();
     pieces.push_back(b.grad_piece);
@@ -122,8 +251,10 @@ double ShardedAdamW::finish_gradients(double max_norm, double scale) {
 void ShardedAdamW::expose_gradients() {
   MC_CHECK(dist_.world() == 1, "expose_gradients: one rank only (other ranks hold only their pieces)");
   c10::AutoGradMode no_grad(false);
-  for (size_t i = 0; i < params_.size(); ++i)
-    params_[i].mutable_grad() = grads_.narrow(0, offset_[i], params_[i].numel()).view(params_[i].sizes()).clone();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Bucket& b = buckets_[bucket_of_[i]];
+    params_[i].mutable_grad() = b.grad_piece.narrow(0, offset_[i] - b.start, params_[i].numel()).view(params_[i].sizes()).clone();
+  }
 }
 
 void ShardedAdamW::step(double lr) {
@@ -148,19 +279,28 @@ void ShardedAdamW::step(double lr) {
 void ShardedAdamW::write_back() {
   c10::AutoGradMode no_grad(false);
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
-  std::vector<at::Tensor> lowp;  // kept alive until the gathers finish
-  for (auto& b : buckets_) {
-    lowp.push_back(b.master.to(gathered_.scalar_type()));
-    works.push_back(dist_.all_gather(gathered_.narrow(0, b.start, b.size), lowp.back()));
+  std::vector<at::Tensor> lowp, whole(buckets_.size());  // kept alive until the gathers finish
+  for (size_t k = 0; k < buckets_.size(); ++k) {
+    Bucket& b = buckets_[k];
+    lowp.push_back(b.master.to(dtype_));
+    if (b.layer >= 0) {
+      shards_->piece(static_cast<size_t>(b.layer)).copy_(lowp.back());  // the stored piece is the weights
+      continue;
+    }
+    whole[k] = grads_.defined() ? gathered_.narrow(0, b.start, b.size) : at::empty({b.size}, lowp.back().options());
+    works.push_back(dist_.all_gather(whole[k], lowp.back()));
   }
   for (auto& w : works)
     if (w) w->wait();
   std::vector<at::Tensor> dst, src;
   for (size_t i = 0; i < params_.size(); ++i) {
+    const Bucket& b = buckets_[bucket_of_[i]];
+    if (b.layer >= 0) continue;
     dst.push_back(params_[i]);
-    src.push_back(gathered_.narrow(0, offset_[i], params_[i].numel()).view(params_[i].sizes()));
+    src.push_back(whole[bucket_of_[i]].narrow(0, offset_[i] - b.start, params_[i].numel()).view(params_[i].sizes()));
   }
-  at::_foreach_copy_(dst, src);
+  if (!dst.empty()) at::_foreach_copy_(dst, src);
+  if (shards_) shards_->pieces_changed();
 }
 
 std::vector<std::pair<std::string, at::Tensor>> ShardedAdamW::state() const {
@@ -176,7 +316,7 @@ std::vector<std::pair<std::string, at::Tensor>> ShardedAdamW::state() const {
 }
 
 std::string ShardedAdamW::layout_signature() const {
-  std::string sig = fmt::format("world={} params={} buckets=", dist_.world(), numel_);
+  std::string sig = fmt::format("world={} params={} {}buckets=", dist_.world(), numel_, shards_weights() ? "shard=weights " : "");
   for (const auto& b : buckets_) sig += fmt::format("{}+{},", b.start, b.size);
   return sig;
 }

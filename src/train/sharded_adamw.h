@@ -18,6 +18,18 @@
 //
 // Memory per GPU for P parameters, W ranks, model in bf16: 2P (weights) + 2P (bf16 grads
 // until the hook has taken them) + 4P (fp32 gradient buffer) + 12P/W (master, m, v).
+//
+// Shard::kWeights (ZeRO-3, `--shard weights`) shards the weights too (train/weight_shards.h):
+// each decoder layer is a bucket of its own, laid out as the layer's flat buffer, so rank r's
+// piece of the bucket is the piece of the weights it stores. The layout differs in three ways:
+// every micro-batch's backward reduce-scatters each bucket as soon as it is complete, in bucket
+// order (the same order on every rank), and adds the result into the owned piece, so no rank
+// keeps a whole gradient; a bucket's fp32 gradient exists only from its first gradient to its
+// reduction; and step() writes the updated pieces into the layers' pieces, gathering only the
+// embedding, final norm and LM head. Every rank must then make the same number of passes:
+// passes() says how many, idle_backward() is a pass without data. Memory per GPU: 16P/W for the
+// layers (2 weights + 2 gradient + 12 optimizer), plus the unsharded embedding and head, plus
+// two or three layers whole and one layer's fp32 gradient at a time, plus activations.
 #pragma once
 
 #include <memory>
@@ -31,10 +43,16 @@
 
 namespace mc::train {
 
+// What the ranks split among them (--shard): optimizer state (ZeRO-1/2), or the weights too (ZeRO-3).
+enum class Shard { kOptimizer, kWeights };
+
 struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t bucket_elements = int64_t{1} << 25;  // 128 MB of fp32 gradients
+  Shard shard = Shard::kOptimizer;
 };
+
+class WeightShards;
 
 class ShardedAdamW {
  public:
@@ -63,6 +81,19 @@ class ShardedAdamW {
   // owned pieces, then the parameters are gathered and written back.
   void step(double lr);
 
+  // Passes (forward and backward) this rank makes for `mine` micro-batches of its own: `mine`,
+  // or with sharded weights the most any rank has (collective).
+  int64_t passes(int64_t mine);
+  // A pass without data (one token, loss 0): gathers and reduces what a real pass does.
+  void idle_backward(const model::QwenModel& model);
+  // With sharded weights: every layer whole until release_weights() (collective; saving), and
+  // the current weights copied into `dst`, a whole model of the same architecture (the
+  // engine's), one layer gathered at a time. Without: no-ops, and a copy.
+  void gather_weights();
+  void release_weights();
+  void copy_weights_to(model::QwenModel& dst);
+  bool shards_weights() const { return opt_.shard == Shard::kWeights; }
+
   // This rank's optimizer state (master, exp_avg, exp_avg_sq per bucket piece, step), on the
   // CPU, and the layout it belongs to (a resume must match it).
   std::vector<std::pair<std::string, at::Tensor>> state() const;
@@ -72,15 +103,26 @@ class ShardedAdamW {
 
  private:
   struct Bucket {
-    int64_t start = 0, size = 0;  // in the flat buffer; size % world == 0
+    int64_t start = 0, size = 0;  // in the flat layout; size % world == 0
     int num_params = 0, ready = 0;
+    int layer = -1;               // sharded weights: the decoder layer it is
     bool launched = false;
+    at::Tensor grad;              // the bucket's fp32 gradient (sharded weights: only while reduced)
     at::Tensor master, exp_avg, exp_avg_sq, grad_piece, step;  // the owned piece
     std::vector<at::Tensor> decay_views;                       // of master: matrices only
     c10::intrusive_ptr<c10d::Work> work;
   };
+  // A reduce-scatter in flight (sharded weights), added into the owned piece when done.
+  struct Pending {
+    size_t bucket;
+    at::Tensor piece;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  struct TakeGrad;
   void on_grad(size_t param, const at::Tensor& grad);
   void launch(Bucket& b);
+  void launch_ready();  // sharded weights: the complete buckets next in order
+  void retire_one();
   void write_back();
 
   Distributed& dist_;
@@ -90,10 +132,14 @@ class ShardedAdamW {
   std::vector<size_t> bucket_of_;
   std::vector<unsigned> hooks_;   // per parameter, removed by the destructor
   std::vector<Bucket> buckets_;
-  at::Tensor grads_;              // flat fp32
-  at::Tensor gathered_;           // flat, model dtype: all-gather target
+  at::Tensor grads_;              // flat fp32 (not with sharded weights)
+  at::Tensor gathered_;           // flat, model dtype: all-gather target (not with sharded weights)
   int64_t numel_ = 0;
   bool last_ = true;
+  c10::ScalarType dtype_;
+  std::unique_ptr<WeightShards> shards_;
+  std::vector<Pending> pending_;
+  size_t next_launch_ = 0;
 };
 
 }  // namespace mc::train
