@@ -55,6 +55,10 @@ void add_optimizer_options(CLI::App* c, train::LrSchedule& s, train::AdamWOption
                 "weights (the layers' weights and gradients too, ZeRO-3: each layer gathered only while it computes)")
       ->transform(CLI::CheckedTransformer(
           std::map<std::string, train::Shard>{{"optimizer", train::Shard::kOptimizer}, {"weights", train::Shard::kWeights}}));
+  c->add_option("--shard-group-size", a.shard_group,
+                "hybrid sharding: split the sharded state over groups of N consecutive ranks (one node's GPUs) and "
+                "replicate it across the groups, so the large collectives stay inside a node (0: all ranks)")
+      ->capture_default_str();
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef USE_C10D_NCCL
@@ -54,6 +55,25 @@ DistEnv dist_env_from_environment() {
 struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<c10d::Backend> pg;
+  bool cuda = false;
+  // Hybrid sharding: this rank's shard group and replica group (null: the world, none).
+  c10::intrusive_ptr<c10d::Backend> shard_pg, replica_pg;
+  int shard_size = 1, shard_rank = 0, replicas = 1;
+
+  // A group of `size` ranks, this one `rank` among them, rendezvousing under `prefix` of the store.
+  c10::intrusive_ptr<c10d::Backend> make(const c10::intrusive_ptr<c10d::Store>& s, int rank, int size) const {
+    if (cuda) {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      return c10::make_intrusive<c10d::ProcessGroupNCCL>(s, rank, size, opts);
+#else
+      throw Error("this build has no NCCL (libtorch without CUDA); cannot train on CUDA with several ranks");
+#endif
+    }
+    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::minutes(10));
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    return c10::make_intrusive<c10d::ProcessGroupGloo>(s, rank, size, opts);
+  }
 };
 
 Distributed::Distributed(const DistEnv& e, c10::Device device) : env_(e), impl_(std::make_unique<Impl>()) {
@@ -72,28 +92,68 @@ Distributed::Distributed(const DistEnv& e, c10::Device device) : env_(e), impl_(
     throw Error(str_cat("rank ", env_.rank, ": cannot reach the rendezvous at ", env_.master_addr, ":", env_.master_port, ": ",
                         ex.what()));
   }
-  if (device.is_cuda()) {
+  impl_->cuda = device.is_cuda();
 #ifdef USE_C10D_NCCL
-    c10::cuda::set_device(device.index());
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, env_.rank, env_.world, opts);
-#else
-    throw Error("this build has no NCCL (libtorch without CUDA); cannot train on CUDA with several ranks");
+  if (impl_->cuda) c10::cuda::set_device(device.index());
 #endif
-  } else {
-    auto opts = c10d::ProcessGroupGloo::Options::create(std::chrono::minutes(10));
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, env_.rank, env_.world, opts);
-  }
+  impl_->pg = impl_->make(impl_->store, env_.rank, env_.world);
+  impl_->shard_size = env_.world;
+  impl_->shard_rank = env_.rank;
+}
+
+void Distributed::split_shard_groups(int n) {
+  MC_CHECK(n >= 1 && env_.world % n == 0, "--shard-group-size ", n, " does not divide the number of ranks ", env_.world,
+           " (give a divisor, e.g. the GPUs of one node)");
+  if (n == env_.world) return;
+  MC_CHECK(impl_->shard_pg == nullptr, "split_shard_groups called twice");
+  const int group = env_.rank / n, index = env_.rank % n;
+  impl_->shard_pg = impl_->make(c10::make_intrusive<c10d::PrefixStore>(str_cat("shard", group, "/"), impl_->store), index, n);
+  impl_->replica_pg =
+      impl_->make(c10::make_intrusive<c10d::PrefixStore>(str_cat("replica", index, "/"), impl_->store), group, env_.world / n);
+  impl_->shard_size = n;
+  impl_->shard_rank = index;
+  impl_->replicas = env_.world / n;
+}
+
+int Distributed::shard_size() const { return impl_->shard_size; }
+int Distributed::shard_rank() const { return impl_->shard_rank; }
+int Distributed::replicas() const { return impl_->replicas; }
+
+c10::intrusive_ptr<c10d::Work> Distributed::shard_reduce_scatter_sum(at::Tensor out, at::Tensor in) {
+  if (!impl_->shard_pg) return reduce_scatter_sum(out, in);
+  MC_INTERNAL_ASSERT(in.numel() == out.numel() * impl_->shard_size);
+  c10d::ReduceScatterOptions o;
+  o.reduceOp = c10d::ReduceOp::SUM;
+  return impl_->shard_pg->_reduce_scatter_base(out, in, o);
+}
+
+c10::intrusive_ptr<c10d::Work> Distributed::shard_all_gather(at::Tensor out, at::Tensor in) {
+  if (!impl_->shard_pg) return all_gather(out, in);
+  MC_INTERNAL_ASSERT(out.numel() == in.numel() * impl_->shard_size);
+  return impl_->shard_pg->_allgather_base(out, in);
+}
+
+void Distributed::shard_all_reduce_sum(at::Tensor& t) {
+  if (!impl_->shard_pg) return all_reduce_sum(t);
+  std::vector<at::Tensor> v{t};
+  impl_->shard_pg->allreduce(v)->wait();
+}
+
+void Distributed::replica_all_reduce_sum(at::Tensor& t) {
+  if (!impl_->replica_pg) return;
+  std::vector<at::Tensor> v{t};
+  impl_->replica_pg->allreduce(v)->wait();
 }
 
 Distributed::~Distributed() {
   // What destroy_process_group() does: NCCL's communicators are finalized in order instead of
   // being torn down by the destructor (which warns and can hang on exit).
-  if (!impl_->pg) return;
-  try {
-    impl_->pg->shutdown();
-  } catch (const std::exception&) {
+  for (auto* pg : {&impl_->replica_pg, &impl_->shard_pg, &impl_->pg}) {
+    if (!*pg) continue;
+    try {
+      (*pg)->shutdown();
+    } catch (const std::exception&) {
+    }
   }
 }
 

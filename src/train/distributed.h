@@ -38,6 +38,21 @@ class Distributed {
   // Asynchronous collectives (nullptr with one rank, where they are copies or no-ops).
   c10::intrusive_ptr<c10d::Work> reduce_scatter_sum(at::Tensor out, at::Tensor in);  // in = world * out.numel()
   c10::intrusive_ptr<c10d::Work> all_gather(at::Tensor out, at::Tensor in);           // out = world * in.numel()
+  // Hybrid sharding (`--shard-group-size N`): ranks r and r' are in one shard group when
+  // r / N == r' / N (consecutive ranks: one node's under `torchrun --nproc-per-node N`), and in
+  // one replica group when r % N == r' % N. Sharded state is split over the shard group and
+  // replicated over the replica groups, so the large collectives stay inside a node. Collective;
+  // throws mc::Error when N does not divide the world. Without it the shard group is the world
+  // and there are no replicas.
+  void split_shard_groups(int n);
+  int shard_size() const;
+  int shard_rank() const;
+  int replicas() const;
+  c10::intrusive_ptr<c10d::Work> shard_reduce_scatter_sum(at::Tensor out, at::Tensor in);
+  c10::intrusive_ptr<c10d::Work> shard_all_gather(at::Tensor out, at::Tensor in);
+  void shard_all_reduce_sum(at::Tensor& t);
+  void replica_all_reduce_sum(at::Tensor& t);  // blocking; a no-op without replicas
+
   // Blocking.
   void all_reduce_sum(at::Tensor& t);
   void all_reduce_max(at::Tensor& t);

@@ -28,7 +28,8 @@ struct ShardedAdamW::TakeGrad : torch::autograd::PostAccumulateGradHook {
 ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOptions opt)
     : dist_(dist), opt_(opt), dtype_(model.dtype()) {
   model.set_requires_grad(true);
-  const int64_t W = dist_.world();
+  if (opt_.shard_group > 0) dist_.split_shard_groups(opt_.shard_group);
+  const int64_t W = dist_.shard_size();  // the state is split over the shard group
   const bool weights = shards_weights();
   if (weights) shards_ = std::make_unique<WeightShards>(model, dist);
   // Buckets of whole parameters, in backward order (the LM head and final norm, the layers from
@@ -62,9 +63,15 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
       buckets_.back().layer = weights ? layer_of[i] : -1;
     }
     Bucket& b = buckets_.back();
-    offset_.push_back(b.start + b.size);
+    if (b.layer >= 0) {  // laid out as the layer's buffer, with its alignment
+      const auto L = static_cast<size_t>(b.layer);
+      offset_.push_back(b.start + shards_->offsets(L)[static_cast<size_t>(b.num_params)]);
+      b.size = shards_->padded_size(L);
+    } else {
+      offset_.push_back(b.start + b.size);
+      b.size += params_[i].numel();
+    }
     bucket_of_.push_back(buckets_.size() - 1);
-    b.size += params_[i].numel();
     ++b.num_params;
     numel_ += params_[i].numel();
   }
@@ -81,7 +88,7 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
   {
     c10::AutoGradMode no_grad(false);
     for (auto& b : buckets_) {
-      int64_t piece = b.size / W, lo = b.start + dist_.rank() * piece;
+      int64_t piece = b.size / W, lo = b.start + dist_.shard_rank() * piece;
       if (b.layer >= 0) {
         MC_INTERNAL_ASSERT(shards_->padded_size(static_cast<size_t>(b.layer)) == b.size, "bucket and layer buffer differ");
         b.master = shards_->piece(static_cast<size_t>(b.layer)).to(at::kFloat);
@@ -156,12 +163,12 @@ void ShardedAdamW::launch(Bucket& b) {
   if (b.launched) return;
   b.launched = true;
   if (!shards_weights()) {
-    if (dist_.world() > 1) b.work = dist_.reduce_scatter_sum(b.grad_piece, grads_.narrow(0, b.start, b.size));
+    if (dist_.shard_size() > 1) b.work = dist_.shard_reduce_scatter_sum(b.grad_piece, grads_.narrow(0, b.start, b.size));
     return;
   }
   if (!b.grad.defined()) b.grad = at::zeros({b.size}, b.grad_piece.options());  // no gradient in this pass
   Pending p{static_cast<size_t>(&b - buckets_.data()), at::empty_like(b.grad_piece), {}};
-  p.work = dist_.reduce_scatter_sum(p.piece, b.grad);
+  p.work = dist_.shard_reduce_scatter_sum(p.piece, b.grad);
   pending_.push_back(std::move(p));
   while (pending_.size() > 2) retire_one();  // at most two buckets' gradients in flight
 }
@@ -233,12 +240,15 @@ double ShardedAdamW::finish_gradients(double max_norm, double scale) {
     MC_INTERNAL_ASSERT(b.launched || shards_weights(), "finish_gradients before the last micro-batch's after_backward");
     if (b.work) b.work->wait();
     b.work.reset();
+    // Hybrid sharding: the shard groups' pieces summed over the replicas (each has the data of
+    // its own ranks).
+    dist_.replica_all_reduce_sum(b.grad_piece);
     pieces.push_back(b.grad_piece);
   }
   if (scale != 1.0) at::_foreach_mul_(pieces, at::Scalar(scale));
   auto norms = at::_foreach_norm(pieces, 2);
   auto sq = at::stack(norms).to(at::kDouble).pow(2).sum().reshape({1});
-  dist_.all_reduce_sum(sq);
+  dist_.shard_all_reduce_sum(sq);  // the shard group's pieces make the whole gradient
   double norm = std::sqrt(sq.item<double>());
   if (max_norm > 0) {
     // torch.nn.utils.clip_grad_norm_: coefficient max_norm / (norm + 1e-6), clamped to 1.
@@ -288,7 +298,7 @@ void ShardedAdamW::write_back() {
       continue;
     }
     whole[k] = grads_.defined() ? gathered_.narrow(0, b.start, b.size) : at::empty({b.size}, lowp.back().options());
-    works.push_back(dist_.all_gather(whole[k], lowp.back()));
+    works.push_back(dist_.shard_all_gather(whole[k], lowp.back()));
   }
   for (auto& w : works)
     if (w) w->wait();
@@ -316,7 +326,8 @@ std::vector<std::pair<std::string, at::Tensor>> ShardedAdamW::state() const {
 }
 
 std::string ShardedAdamW::layout_signature() const {
-  std::string sig = fmt::format("world={} params={} {}buckets=", dist_.world(), numel_, shards_weights() ? "shard=weights " : "");
+  std::string sig = fmt::format("world={} params={} {}{}buckets=", dist_.world(), numel_, shards_weights() ? "shard=weights " : "",
+                                dist_.replicas() > 1 ? fmt::format("shard_group={} ", dist_.shard_size()) : "");
   for (const auto& b : buckets_) sig += fmt::format("{}+{},", b.start, b.size);
   return sig;
 }

@@ -30,6 +30,10 @@
 // passes() says how many, idle_backward() is a pass without data. Memory per GPU: 16P/W for the
 // layers (2 weights + 2 gradient + 12 optimizer), plus the unsharded embedding and head, plus
 // two or three layers whole and one layer's fp32 gradient at a time, plus activations.
+//
+// With shard_group N < W (hybrid sharding) the pieces are 1/N of each bucket, split over this
+// rank's shard group; reduce-scatters and gathers stay inside it, and the reduced pieces are
+// summed over the replica groups once per step, before the norm.
 #pragma once
 
 #include <memory>
@@ -50,6 +54,7 @@ struct AdamWOptions {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.0;
   int64_t bucket_elements = int64_t{1} << 25;  // 128 MB of fp32 gradients
   Shard shard = Shard::kOptimizer;
+  int shard_group = 0;  // ranks a shard group spans (hybrid sharding, Distributed::split_shard_groups); 0: all
 };
 
 class WeightShards;

@@ -9,6 +9,11 @@ namespace mc::train {
 
 namespace {
 
+// Each parameter starts kAlign elements into the buffer (512 bytes in bf16): as aligned as an
+// allocation of its own, so cuBLAS picks the kernels it picks for unsharded weights (it chooses
+// by the operands' alignment), and the arithmetic is the same.
+constexpr int64_t kAlign = 256;
+
 // The storage object stays (the leaves and autograd's saved tensors hold it); its memory goes.
 void release_memory(const at::Tensor& t) {
   c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
@@ -27,14 +32,14 @@ void allocate_memory(const at::Tensor& t, size_t nbytes) {
 
 WeightShards::WeightShards(model::QwenModel& model, Distributed& dist) : model_(model), dist_(dist) {
   c10::AutoGradMode no_grad(false);
-  const int64_t W = dist_.world();
+  const int64_t W = dist_.shard_size();
   units_.resize(static_cast<size_t>(model.config().num_layers));
   for (size_t i = 0; i < units_.size(); ++i) {
     Unit& u = units_[i];
     u.params = model.layer_parameters(i);
     for (const auto& p : u.params) {
       u.offset.push_back(u.size);
-      u.size += p.numel();
+      u.size += (p.numel() + kAlign - 1) / kAlign * kAlign;
     }
     u.size = (u.size + W - 1) / W * W;
     u.full = at::zeros({u.size}, u.params[0].options().requires_grad(false));
@@ -45,7 +50,7 @@ WeightShards::WeightShards(model::QwenModel& model, Distributed& dist) : model_(
       p.set_data(view);  // the leaf (and its hooks) stays; its values now live in the buffer
     }
     const int64_t piece = u.size / W;
-    u.piece = u.full.narrow(0, dist_.rank() * piece, piece).clone();
+    u.piece = u.full.narrow(0, dist_.shard_rank() * piece, piece).clone();
     u.state = State::kWhole;
     release(i);
   }
@@ -58,7 +63,7 @@ void WeightShards::start_gather(size_t i) {
   Unit& u = units_[i];
   if (u.state != State::kFree) return;
   allocate_memory(u.full, static_cast<size_t>(u.size) * u.full.element_size());
-  u.work = dist_.all_gather(u.full, u.piece);
+  u.work = dist_.shard_all_gather(u.full, u.piece);
   u.state = State::kGathering;
 }
 
@@ -88,7 +93,7 @@ void WeightShards::pieces_changed() {
     Unit& u = units_[i];
     if (u.state == State::kFree) continue;
     wait_gather(i);
-    if (auto w = dist_.all_gather(u.full, u.piece)) w->wait();
+    if (auto w = dist_.shard_all_gather(u.full, u.piece)) w->wait();
   }
 }
 

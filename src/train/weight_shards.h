@@ -1,12 +1,15 @@
 // ZeRO-3's weights (`--shard weights`): each decoder layer's parameters live in one flat buffer
-// of the model dtype, padded to a multiple of the world size W, and each rank keeps only its
-// 1/W piece of it. The whole buffer exists only while its layer computes:
+// of the model dtype, padded to a multiple of the shard group's size W (the world, unless hybrid
+// sharding splits it: Distributed::split_shard_groups), and each rank keeps only its 1/W piece. The whole buffer exists only while its layer computes:
 //   forward:  gathered (c10d all-gather of the pieces) just before the layer, freed after it;
 //   backward: gathered again when backward reaches the layer's output (a hook on it), freed
 //             once all the layer's parameters have their gradient (the optimizer says so).
 // While one layer computes, the next one's gather runs (in backward, the previous one's).
 // The embedding, the final norm and the LM head are not sharded: they are needed at both ends
 // of every pass, and at 9B-27B they are a few percent of the weights.
+//
+// Each parameter starts at a multiple of 256 elements of the buffer, so it is as aligned as an
+// allocation of its own and the kernels (and so the numbers) are those of unsharded weights.
 //
 // How a buffer is freed without autograd noticing: the layer's leaves are views into it, and
 // autograd's saved tensors are views of the same storage, so the storage object stays and only

@@ -2,9 +2,10 @@
 while it computes) on the CPU over gloo, through the code path NCCL takes: 2, 3 and 4 ranks equal
 one rank with the same global batch, loss for loss and weight for weight, for SFT (with packing,
 activation checkpointing, an eval set, a rank left without micro-batches, layers whose size W does
-not divide) and for one RL step; a killed sharded run resumes to the uninterrupted one; its
+not divide, hybrid sharding over two groups of two) and for one RL step; a killed sharded run resumes to the uninterrupted one; its
 checkpoint is one Hugging Face folder transformers loads with the same logits; and a resume under
-another sharding or number of ranks is refused, naming it."""
+another sharding, shard group or number of ranks, or a shard group that does not divide the
+ranks, is refused, naming it."""
 import json
 import os
 import shutil
@@ -88,21 +89,23 @@ def assert_same(one, many, tol=1e-6):
         assert (wa[k] - wb[k]).abs().max().item() < tol, k
 
 
-@pytest.mark.parametrize("ranks,arch,extra", [
-    (2, "qwen2", ()),
+@pytest.mark.parametrize("ranks,arch,extra,sharding", [
+    (2, "qwen2", (), ()),
     # Tied embeddings, recomputed layers, 3 micro-batches a step over 4 ranks (one makes an idle
     # pass) and, at 3 ranks, layers of a size 3 does not divide (their buffers are padded).
-    (4, "qwen3", ("--grad-checkpoint",)),
-    (3, "qwen3", ("--grad-checkpoint",)),
+    (4, "qwen3", ("--grad-checkpoint",), ()),
+    (3, "qwen3", ("--grad-checkpoint",), ()),
+    # Hybrid: two shard groups of two ranks, replicated across.
+    (4, "qwen2", (), ("--shard-group-size", "2")),
 ])
-def test_sharded_sft_equals_one_rank(setup, tmp_path, ranks, arch, extra):
+def test_sharded_sft_equals_one_rank(setup, tmp_path, ranks, arch, extra, sharding):
     base, models, data, held_out = setup
     common = ["--max-steps", "3", "--tokens-per-step", "300", "--eval-data", held_out, "--eval-every", "1", *extra]
     sft(1, models[arch], data, tmp_path / "one", *common)
-    sft(ranks, models[arch], data, tmp_path / "sharded", *common, "--shard", "weights")
+    sft(ranks, models[arch], data, tmp_path / "sharded", *common, "--shard", "weights", *sharding)
     rows = read_jsonl(tmp_path / "sharded" / "metrics.jsonl")
     assert any(r.get("eval_loss") for r in rows)
-    if ranks == 4:
+    if ranks == 4 and arch == "qwen3":
         assert all(r["micro_batches"] % 4 for r in rows if r["kind"] == "train"), rows
     assert_same(tmp_path / "one", tmp_path / "sharded")
     # One rank with sharded weights is the same arithmetic as without.
@@ -123,6 +126,11 @@ def test_sharded_resume_and_checkpoint(setup, tmp_path):
     assert r.returncode != 0 and "--shard" in r.stderr and "shard=weights" in r.stderr, r.stderr[-2000:]
     r = sft(1, models["qwen2"], data, tmp_path / "cut", *common, "--resume", check=False)
     assert r.returncode != 0 and "written by 2 rank(s); this run has 1" in r.stderr, r.stderr[-2000:]
+    r = sft(2, models["qwen2"], data, tmp_path / "cut", *common, "--resume", "--shard-group-size", "1", check=False)
+    assert r.returncode != 0 and "shard_group=1" in r.stderr, r.stderr[-2000:]
+    # A shard group that does not divide the world.
+    r = sft(2, models["qwen2"], data, tmp_path / "bad", *common, "--shard-group-size", "3", check=False)
+    assert r.returncode != 0 and "--shard-group-size 3 does not divide the number of ranks 2" in r.stderr, r.stderr[-2000:]
     sft(2, models["qwen2"], data, tmp_path / "cut", *common, "--resume")
     a = [x for x in read_jsonl(tmp_path / "whole" / "metrics.jsonl")]
     b = [x for x in read_jsonl(tmp_path / "cut" / "metrics.jsonl")]
@@ -162,7 +170,7 @@ def test_sharded_rl_step_equals_one_rank(tmp_path):
 
     def rl(ranks, out, *extra):
         return launch(ranks, "train", "rl", "--model", model, "--problems", problems, "--out", out, "--format", "kernelbench",
-                      "--device", "cpu", "--verify-device", "cpu", "--cache-dir", tmp_path / f"cache-{ranks}",
+                      "--device", "cpu", "--verify-device", "cpu", "--cache-dir", tmp_path / "cache",
                       "--timing-budget", "0.1", "--speed-weight", "0", "--group-size", "2", "--prompts-per-step", "2",
                       "--max-turns", "2", "--max-new-tokens", "8", "--max-seq-len", "4096", "--micro-batch-tokens", "4096",
                       "--plant", plant, "--no-progress", "--seed", "3", "--lr", "1e-3", "--max-steps", "2",
