@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <map>
 
 #include "cli/run_options.h"
 #include "cli/run_record.h"
@@ -50,11 +49,12 @@ void add_optimizer_options(CLI::App* c, train::LrSchedule& s, train::AdamWOption
   c->add_option("--adam-eps", a.eps)->capture_default_str();
   c->add_option("--grad-clip", grad_clip, "global gradient-norm clip (0: off)")->capture_default_str();
   c->add_option("--bucket-mb", bucket_mb, "gradient bucket size for overlapped reduction (MB of fp32)")->capture_default_str();
-  c->add_option("--shard", a.shard,
-                "what the ranks split among them: optimizer (fp32 masters and AdamW moments, ZeRO-1/2; the default) or "
-                "weights (the layers' weights and gradients too, ZeRO-3: each layer gathered only while it computes)")
-      ->transform(CLI::CheckedTransformer(
-          std::map<std::string, train::Shard>{{"optimizer", train::Shard::kOptimizer}, {"weights", train::Shard::kWeights}}));
+  c->add_option_function<std::string>(
+       "--shard", [&a](const std::string& v) { a.shard = v == "weights" ? train::Shard::kWeights : train::Shard::kOptimizer; },
+       "what the ranks split among them: optimizer (fp32 masters and AdamW moments, ZeRO-1/2) or weights (the layers' "
+       "weights and gradients too, ZeRO-3: each layer gathered only while it computes)")
+      ->check(CLI::IsMember({"optimizer", "weights"}))
+      ->default_str("optimizer");
   c->add_option("--shard-group-size", a.shard_group,
                 "hybrid sharding: split the sharded state over groups of N consecutive ranks (one node's GPUs) and "
                 "replicate it across the groups, so the large collectives stay inside a node (0: all ranks)")
