@@ -46,8 +46,9 @@ void add_verdict_options(CLI::App* app, RunOptions& o);
 // --stop-loops W of every command that samples (gen::SamplingParams::loop_window,
 // generate/repetition.h).
 void add_stop_loops_option(CLI::App* app, int& loop_window);
-// The in-process judges of every command that judges (the above, and rft, bench-model, train rl): --gpus --device --cache-dir --timing-budget --trial-timeout --compile-workers
-// --spares --lanes --cuda-arch --backend, and --no-progress. A command whose own --device and
+// The in-process judges of every command that judges (the above, and rft, bench-model, train
+// rl): --gpus --device --cache-dir --timing-budget --trial-timeout --compile-workers --spares
+// --lanes --cuda-arch --backend, and --no-progress. A command whose own --device and
 // --no-progress are another part's (train rl's policy) gives `prefix` "verify-": the judges'
 // are then --verify-gpus and --verify-device, and the command declares --no-progress itself.
 void add_judge_options(CLI::App* app, RunOptions& o, const std::string& prefix = "");

@@ -125,6 +125,8 @@ class QwenModel {
   std::vector<at::Tensor> layer_parameters(size_t i) const;
   // Not owned; nullptr: none. hidden_states_packed calls them around every layer.
   void set_layer_hooks(LayerHooks* hooks) { hooks_ = hooks; }
+  // Whether layer hooks are set: its weights are sharded, so every rank must make as many passes.
+  bool has_layer_hooks() const { return hooks_ != nullptr; }
   const at::Tensor& lm_head_weight() const { return lm_head_w_; }
   void set_requires_grad(bool on);
   // Writes config.json (dtype updated) and model.safetensors, or shards of at most

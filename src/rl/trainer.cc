@@ -334,7 +334,7 @@ RlRun::RlRun(const RlOptions& o) : o_(o), env_(train::dist_env_from_environment(
     write_file_atomic(fs::path(o.out_dir) / "problems.txt", keys);
   }
   if (!anchor_.empty() && !anchor_start_)
-    anchor_start_ = train::mean_token_loss(*model_, anchor_, o.micro_batch_tokens, *dist_, opt_->shards_weights());
+    anchor_start_ = train::mean_token_loss(*model_, anchor_, o.micro_batch_tokens, *dist_);
   log_ = std::make_unique<train::MetricsLog>(o.out_dir, start_, main_);
   order_ = epoch_order(tasks_, o.order, o.seed, epoch_);
   // Verifier failures, each with what the verifier said (OUT/infra_errors[-rankN].jsonl).
@@ -391,9 +391,9 @@ void RlRun::load_model() {
   // Sharded weights leave the trainer's layers whole only while they compute: the engine samples
   // from a whole copy of its own (2P more memory per GPU), which every update refreshes.
   if (opt_->shards_weights()) {
+    // The trainer's own folder: the same weights (a resume copies them again after load_state).
     engine_model_ = std::make_unique<model::QwenModel>(
         model::QwenModel::load(ckpt_ ? ckpt_->dir : o_.model_dir, device_, model_->dtype()));
-    opt_->copy_weights_to(*engine_model_);
   }
   const model::QwenModel& sampler = engine_model_ ? *engine_model_ : *model_;
   gen::EngineOptions eo;
@@ -683,7 +683,7 @@ RlResult RlRun::run() {
     if (!anchor_.empty() && (step + 1) % o_.anchor_every == 0) {
       auto t_anchor = Clock::now();
       f.anchor = true;
-      f.anchor_loss = train::mean_token_loss(*model_, anchor_, o_.micro_batch_tokens, *dist_, opt_->shards_weights());
+      f.anchor_loss = train::mean_token_loss(*model_, anchor_, o_.micro_batch_tokens, *dist_);
       f.anchor_loss_change = f.anchor_loss - *anchor_start_;
       f.anchor_s = since(t_anchor);
     }

@@ -219,7 +219,7 @@ SftResult run_sft(const SftOptions& o) {
       row["peak_reserved_gib"] = t[1].item<double>();
     }
     if (o.eval_every > 0 && !eval_data.empty() && (step + 1) % o.eval_every == 0) {
-      double el = mean_token_loss(model, eval_data, o.micro_batch_tokens, dist, opt.shards_weights());
+      double el = mean_token_loss(model, eval_data, o.micro_batch_tokens, dist);
       log.log("eval", step + 1, {{"loss", el}});
       row["eval_loss"] = el;
     }

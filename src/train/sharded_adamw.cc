@@ -35,17 +35,14 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
   // Buckets of whole parameters, in backward order (the LM head and final norm, the layers from
   // the last, the embedding). With sharded weights each layer is a bucket, and the embedding
   // starts one.
-  std::vector<int> layer_of;  // per parameter of the backward order: its layer, or -1
-  {
-    const auto cfg = model.config();
-    std::vector<int> tail;
-    for (int i = cfg.num_layers - 1; i >= 0; --i)
-      for (size_t k = 0; k < model.layer_parameters(static_cast<size_t>(i)).size(); ++k) tail.push_back(i);
-    const auto order = model.parameters_in_backward_order();
-    layer_of.assign(order.size() - tail.size() - 1, -1);
-    layer_of.insert(layer_of.end(), tail.begin(), tail.end());
-    layer_of.push_back(-1);
-    params_ = order;
+  params_ = model.parameters_in_backward_order();
+  std::vector<int> layer_of(params_.size(), -1);  // sharded weights: each parameter's layer, or -1
+  if (weights) {
+    std::map<const c10::TensorImpl*, int> of;
+    for (size_t L = 0; L < shards_->layers(); ++L)
+      for (const auto& p : shards_->params(L)) of[p.unsafeGetTensorImpl()] = static_cast<int>(L);
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (auto it = of.find(params_[i].unsafeGetTensorImpl()); it != of.end()) layer_of[i] = it->second;
   }
   int64_t flat = 0;
   for (size_t i = 0; i < params_.size(); ++i) {
@@ -90,7 +87,6 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
     for (auto& b : buckets_) {
       int64_t piece = b.size / W, lo = b.start + dist_.shard_rank() * piece;
       if (b.layer >= 0) {
-        MC_INTERNAL_ASSERT(shards_->padded_size(static_cast<size_t>(b.layer)) == b.size, "bucket and layer buffer differ");
         b.master = shards_->piece(static_cast<size_t>(b.layer)).to(at::kFloat);
       } else {
         auto all = at::zeros({b.size}, f32);
@@ -208,8 +204,7 @@ int64_t ShardedAdamW::passes(int64_t mine) {
 }
 
 void ShardedAdamW::idle_backward(const model::QwenModel& model) {
-  model::PackedTokens p{at::zeros({1}, at::kLong), at::zeros({1}, at::kLong), at::tensor({0, 1}, at::kInt), 1};
-  auto h = model.hidden_states_packed(p);
+  auto h = model.hidden_states_packed(idle_tokens());
   // Every parameter gets a gradient (of zero), as in a real pass.
   (at::linear(h, model.lm_head_weight()).sum() * 0).backward();
 }

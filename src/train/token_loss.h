@@ -18,9 +18,8 @@ namespace mc::train {
 at::Tensor micro_batch_loss(const model::QwenModel& m, const MicroBatch& mb, bool checkpoint_layers);
 
 // Mean cross-entropy per target token over `data`, no gradient; micro-batches are shared out
-// over the ranks (every rank must call it) and the sums all-reduced. `sharded`: the model's
-// weights are sharded (ShardedAdamW::shards_weights()), so every rank makes as many passes.
+// over the ranks (every rank must call it) and the sums all-reduced.
 double mean_token_loss(const model::QwenModel& m, const std::vector<Example>& data, int64_t micro_batch_tokens,
-                       Distributed& dist, bool sharded = false);
+                       Distributed& dist);
 
 }  // namespace mc::train

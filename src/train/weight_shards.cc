@@ -30,6 +30,10 @@ void allocate_memory(const at::Tensor& t, size_t nbytes) {
 
 }  // namespace
 
+model::PackedTokens idle_tokens() {
+  return {at::zeros({1}, at::kLong), at::zeros({1}, at::kLong), at::tensor({0, 1}, at::kInt), 1};
+}
+
 WeightShards::WeightShards(model::QwenModel& model, Distributed& dist) : model_(model), dist_(dist) {
   c10::AutoGradMode no_grad(false);
   const int64_t W = dist_.shard_size();

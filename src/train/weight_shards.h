@@ -27,6 +27,10 @@
 
 namespace mc::train {
 
+// One token at position 0: the pass a rank without data makes so that its gathers and
+// reductions match the other ranks' (ShardedAdamW::idle_backward, train::mean_token_loss).
+model::PackedTokens idle_tokens();
+
 class WeightShards : public model::LayerHooks {
  public:
   // Binds every layer's leaves to its flat buffer (their values kept), cuts this rank's pieces,
