@@ -99,11 +99,14 @@ ShardedAdamW::ShardedAdamW(model::QwenModel& model, Distributed& dist, AdamWOpti
       if (!weights) b.grad = grads_.narrow(0, b.start, b.size);
       b.grad_piece = !weights && W == 1 ? b.grad : at::zeros({piece}, f32);
       b.step = at::zeros({}, f32);
-      // Weight decay on matrices only: the parts of this piece that belong to them.
+      // Per parameter, the part of this piece that belongs to it: weight decay on the matrices'
+      // parts; the gradient norm summed over all parts, so that it does not depend on how the
+      // parameters are grouped into buckets (--shard weights and optimizer give the same norm).
       for (size_t i = 0; i < params_.size(); ++i) {
-        if (params_[i].dim() < 2) continue;
         int64_t s = std::max(lo, offset_[i]), e = std::min(lo + piece, offset_[i] + params_[i].numel());
-        if (s < e) b.decay_views.push_back(b.master.narrow(0, s - lo, e - s));
+        if (s >= e) continue;
+        grad_views_.push_back(b.grad_piece.narrow(0, s - lo, e - s));
+        if (params_[i].dim() >= 2) b.decay_views.push_back(b.master.narrow(0, s - lo, e - s));
       }
     }
   }
@@ -241,7 +244,7 @@ double ShardedAdamW::finish_gradients(double max_norm, double scale) {
     pieces.push_back(b.grad_piece);
   }
   if (scale != 1.0) at::_foreach_mul_(pieces, at::Scalar(scale));
-  auto norms = at::_foreach_norm(pieces, 2);
+  auto norms = at::_foreach_norm(grad_views_, 2);
   auto sq = at::stack(norms).to(at::kDouble).pow(2).sum().reshape({1});
   dist_.shard_all_reduce_sum(sq);  // the shard group's pieces make the whole gradient
   double norm = std::sqrt(sq.item<double>());

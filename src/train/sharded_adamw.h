@@ -137,6 +137,7 @@ class ShardedAdamW {
   std::vector<size_t> bucket_of_;
   std::vector<unsigned> hooks_;   // per parameter, removed by the destructor
   std::vector<Bucket> buckets_;
+  std::vector<at::Tensor> grad_views_;  // of the grad pieces, per parameter, in parameter order
   at::Tensor grads_;              // flat fp32 (not with sharded weights)
   at::Tensor gathered_;           // flat, model dtype: all-gather target (not with sharded weights)
   int64_t numel_ = 0;

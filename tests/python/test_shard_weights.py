@@ -86,7 +86,7 @@ def assert_same(one, many, tol=1e-6):
     wa, wb = weights(one, step), weights(many, step)
     assert wa.keys() == wb.keys()
     for k in wa:
-        assert (wa[k] - wb[k]).abs().max().item() < tol, k
+        assert (wa[k] - wb[k]).abs().max().item() <= tol, k
 
 
 @pytest.mark.parametrize("ranks,arch,extra,sharding", [
@@ -108,10 +108,11 @@ def test_sharded_sft_equals_one_rank(setup, tmp_path, ranks, arch, extra, shardi
     if ranks == 4 and arch == "qwen3":
         assert all(r["micro_batches"] % 4 for r in rows if r["kind"] == "train"), rows
     assert_same(tmp_path / "one", tmp_path / "sharded")
-    # One rank with sharded weights is the same arithmetic as without.
+    # One rank with sharded weights is the same arithmetic as without, bit for bit (the gradient
+    # norm is summed per parameter, whatever the buckets).
     if ranks == 2:
         sft(1, models[arch], data, tmp_path / "one-sharded", *common, "--shard", "weights")
-        assert_same(tmp_path / "one", tmp_path / "one-sharded", tol=1e-7)
+        assert_same(tmp_path / "one", tmp_path / "one-sharded", tol=0)
 
 
 def test_sharded_resume_and_checkpoint(setup, tmp_path):
