@@ -3,7 +3,7 @@
 # tool with build-device/musacoder carried). Logs go under $OUT (default ./gpu-out); the last
 # thing printed is a short table.
 #   STAGES="env suite selftest bench timing service synth model genbench train" (default: all; contention, prefill, sharing, gemm-shapes, real-model, published and baseline are run by name; train-dp needs
-#   2+ GPUs, determinism checks train sft --deterministic, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
+#   2+ GPUs, determinism checks train sft --deterministic, shard-weights compares --shard weights with optimizer, engine-tests needs DEVICE_TESTS=1's test binary, and rft-small / rl-small / recipe take several slices, start only unpacks a carried start, rl-pipeline needs the recipe run's model (or a carried start), bench-model needs the small model, eval needs
 #   EVAL_PROBLEMS and EVAL_SOLUTIONS, and port-roundtrip
 #   wants synth first: they are run by name)   BIN=path/to/musacoder (default: build it)
 set -uo pipefail
@@ -235,6 +235,15 @@ for stage in $STAGES; do
       python3 bench/sft_determinism.py --musacoder "$BIN" --out "$OUT/determinism" ${DETERMINISM_ARGS:-} 2>&1 \
         | tee "$OUT/determinism.log" || rc=1
       rm -rf "$OUT/determinism/work" ;;
+    shard-weights)
+      # train sft --shard weights against --shard optimizer on this GPU, --deterministic: losses
+      # identical step by step, and the step time (a random model of Qwen2.5-Coder-1.5B's shape;
+      # SHARD_ARGS="--model DIR" for another; the data: recipes/small's synthesized SFT set).
+      mkdir -p "$OUT/shard-weights/data" && tar xzf recipes/small/seed.tgz -C "$OUT/shard-weights/data" ./synth/dataset.jsonl
+      # shellcheck disable=SC2086
+      python3 bench/shard_weights.py --musacoder-model "$(dirname "$BIN")/musacoder-model" --out "$OUT/shard-weights" \
+        --data "$OUT/shard-weights/data/synth/dataset.jsonl" ${SHARD_ARGS:-} 2>&1 | tee "$OUT/shard-weights.log" || rc=1
+      rm -rf "$OUT/shard-weights/data" "$OUT/shard-weights/model-1.5b-shape" "$OUT"/shard-weights/{optimizer,weights}/checkpoints ;;
     train-dp)
       # NCCL data parallelism: the same SFT run on 1 GPU and on every GPU of the machine.
       n=$(nvidia-smi -L | wc -l)
