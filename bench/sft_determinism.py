@@ -26,10 +26,11 @@ sys.path.insert(0, HERE)
 from sft_bench import make_data  # noqa: E402
 
 
-def weights_hash(run):
+def weights_hash(run, pattern="*.safetensors"):
+    """The last checkpoint's files matching `pattern` (default: the model's and the optimizer's)."""
     last = sorted(glob.glob(os.path.join(run, "checkpoints", "step-*")))[-1]
     h = hashlib.sha256()
-    for f in sorted(glob.glob(os.path.join(last, "*.safetensors"))):
+    for f in sorted(glob.glob(os.path.join(last, pattern))):
         with open(f, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)

@@ -4,7 +4,8 @@ One model, one data set, one seed, `--deterministic`, run twice in this process'
 `--shard optimizer` (every rank holds the whole bf16 model: the anchor) and once with
 `--shard weights` (each layer's weights gathered before use and freed after; at world size 1 the
 gathers are copies). Reports, step by step, whether the losses and gradient norms are identical,
-each arm's median step time over the steps after the first, and its peak allocated memory.
+whether the last checkpoints' weights are, each arm's median step time over the steps after the
+first, and its peak allocated memory.
 
 The model: --model DIR (a Hugging Face folder), or by default a Qwen2 of Qwen2.5-Coder-1.5B's
 shape (untied head, as its GGUF has) with random bf16 weights, made here by transformers. The
@@ -20,7 +21,9 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "python"))
+from sft_determinism import weights_hash  # noqa: E402
 
 # Qwen2.5-Coder-1.5B-Instruct's config.json, less what a random model does not need.
 QWEN25_CODER_15B = dict(vocab_size=151936, hidden_size=1536, intermediate_size=8960, num_hidden_layers=28,
@@ -65,6 +68,8 @@ def main():
             sys.exit(f"shard_weights: --shard {shard} failed (exit {r.returncode}):\n{r.stderr[-3000:]}")
         with open(os.path.join(out, "metrics.jsonl")) as f:
             arms[shard] = [row for row in map(json.loads, f) if row.get("kind") == "train"]
+    # The model's files only: the optimizer state is laid out by bucket, which the two arms do differently.
+    same_weights = len({weights_hash(os.path.join(a.out, arm), "model*.safetensors") for arm in arms}) == 1
     opt, w = arms["optimizer"], arms["weights"]
     rows = []
     print(f"{'step':>4} {'loss (optimizer)':>18} {'loss (weights)':>18} {'same':>5} {'step_s opt':>11} {'step_s w':>9}")
@@ -77,10 +82,10 @@ def main():
               f"{x['step_s']:>11.3f} {y['step_s']:>9.3f}")
     med = {k: statistics.median(r["step_s"] for r in v[1:]) for k, v in arms.items()}
     summary = {"model": a.model or "random, Qwen2.5-Coder-1.5B's shape", "steps": len(rows),
-               "identical_steps": sum(r["identical"] for r in rows),
+               "identical_steps": sum(r["identical"] for r in rows), "weights_identical": same_weights,
                "median_step_s": med, "step_time_change": med["weights"] / med["optimizer"] - 1,
                "peak_alloc_gib": {k: max(r.get("peak_alloc_gib", 0) for r in v) for k, v in arms.items()}}
-    print(f"identical: {summary['identical_steps']}/{len(rows)} steps; median step (steps 2-{len(rows)}): "
+    print(f"identical: {summary['identical_steps']}/{len(rows)} steps, weights {'yes' if same_weights else 'NO'}; median step (steps 2-{len(rows)}): "
           f"{med['weights']:.3f} s against {med['optimizer']:.3f} s ({100 * summary['step_time_change']:+.1f}%); "
           f"peak allocated {summary['peak_alloc_gib']['weights']:.1f} against "
           f"{summary['peak_alloc_gib']['optimizer']:.1f} GiB")
@@ -88,7 +93,7 @@ def main():
         f.writelines(json.dumps(r) + "\n" for r in rows)
     with open(os.path.join(a.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
-    if summary["identical_steps"] != len(rows) or len(rows) != a.steps:
+    if summary["identical_steps"] != len(rows) or len(rows) != a.steps or not same_weights:
         sys.exit("shard_weights: the two arms differ")
 
 
