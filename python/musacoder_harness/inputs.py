@@ -2,7 +2,16 @@
 
 KernelBench inputs all lie in [0, 1): a kernel that mishandles negatives, large values or
 outliers passes them. Trials rotate through these variants; when a variant makes the
-reference non-finite (log of a negative...), that trial falls back to the native inputs."""
+reference non-finite (log of a negative...), that trial falls back to the native inputs.
+
+Every seed of a trial's or a timing set's inputs is mixed with a secret of the judge process
+(trial_salt): the run's seed alone is no secret (the candidate gets it, so that its weights start
+as the reference's), and a candidate that knew its inputs in advance could have the timed outputs
+ready before the clock starts."""
+import hashlib
+import os
+import secrets
+
 import torch
 
 VARIANTS = ("native", "signed", "scaled", "outliers", "native")
@@ -13,14 +22,43 @@ def variant_for(trial):
     return VARIANTS[trial % len(VARIANTS)]
 
 
+SALT_ENV = "MUSACODER_JUDGE_TRIAL_SALT"  # MUSACODER_JUDGE_*: kept from candidates' environment
+_salt = None
+
+
+def trial_salt():
+    """This judge process's secret, drawn once. Candidate processes never hold it: they are
+    started (or forked by the zygote, itself started), never forked from the judge, and
+    candidate_env drops MUSACODER_JUDGE_* variables. MUSACODER_JUDGE_TRIAL_SALT=N fixes it, to
+    replay a verdict on the same inputs."""
+    global _salt
+    if _salt is None:
+        v = os.environ.get(SALT_ENV, "").strip()
+        if v:
+            try:
+                _salt = int(v)
+            except ValueError:
+                raise ValueError(f"{SALT_ENV} must be an integer, got {v!r}") from None
+        else:
+            _salt = secrets.randbits(64)
+    return _salt
+
+
+def input_seed(seed, purpose, i):
+    """The seed of input set i of a purpose ("trial" or "timing"): the run's seed and the
+    process's secret hashed together, 56 bits (room for make_inputs' offsets)."""
+    h = hashlib.blake2b(f"{trial_salt()}:{seed}:{purpose}:{i}".encode(), digest_size=7)
+    return int.from_bytes(h.digest(), "little")
+
+
 def trial_schedule(seed, trials):
     """(input seed, variant) of each correctness trial; the probe replays exactly these."""
-    return [(seed * 1000 + t + 1, variant_for(t)) for t in range(trials)]
+    return [(input_seed(seed, "trial", t), variant_for(t)) for t in range(trials)]
 
 
 def timing_sets(problem, seed, k, device, dtype):
     """The fresh native input sets rotated across timed iterations."""
-    return [make_inputs(problem, seed * 7777 + i, "native", device, dtype) for i in range(k)]
+    return [make_inputs(problem, input_seed(seed, "timing", i), "native", device, dtype) for i in range(k)]
 
 
 def seed_all(seed):
