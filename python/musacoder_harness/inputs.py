@@ -52,7 +52,8 @@ def input_seed(seed, purpose, i):
 
 
 def trial_schedule(seed, trials):
-    """(input seed, variant) of each correctness trial; the probe replays exactly these."""
+    """(input seed, variant) of each correctness trial (a probe in the same judge process gets
+    the same ones)."""
     return [(input_seed(seed, "trial", t), variant_for(t)) for t in range(trials)]
 
 
