@@ -4,10 +4,16 @@ KernelBench inputs all lie in [0, 1): a kernel that mishandles negatives, large 
 outliers passes them. Trials rotate through these variants; when a variant makes the
 reference non-finite (log of a negative...), that trial falls back to the native inputs.
 
-Every seed of a trial's or a timing set's inputs is mixed with a secret of the judge process
-(trial_salt): the run's seed alone is no secret (the candidate gets it, so that its weights start
-as the reference's), and a candidate that knew its inputs in advance could have the timed outputs
-ready before the clock starts."""
+The timing sets' seeds mix in a secret of the judge process (timing_salt): the run's seed is no
+secret (the candidate gets it, so that its weights start as the reference's), and a candidate
+that knew its timed inputs in advance could compute their outputs at load, with any slow kernel,
+and hand them back when the clock runs. The correctness trials' seeds follow the run's seed
+alone, on purpose: synth's validity probe runs exactly these trials in fp32 and fp64 and drops
+a problem that is ill-conditioned on them, and whether a borderline problem is depends on the
+draw (a planted one was caught on 2 of 6 random draws), so trials drawn afresh would fail an
+honest kernel by luck. A candidate that knows them gains nothing: it must still compute their
+outputs, and legally.
+"""
 import hashlib
 import os
 import secrets
@@ -22,15 +28,15 @@ def variant_for(trial):
     return VARIANTS[trial % len(VARIANTS)]
 
 
-SALT_ENV = "MUSACODER_JUDGE_TRIAL_SALT"  # MUSACODER_JUDGE_*: kept from candidates' environment
+SALT_ENV = "MUSACODER_JUDGE_TIMING_SALT"  # MUSACODER_JUDGE_*: kept from candidates' environment
 _salt = None
 
 
-def trial_salt():
-    """This judge process's secret, drawn once. Candidate processes never hold it: they are
-    started (or forked by the zygote, itself started), never forked from the judge, and
-    candidate_env drops MUSACODER_JUDGE_* variables. MUSACODER_JUDGE_TRIAL_SALT=N fixes it, to
-    replay a verdict on the same inputs."""
+def timing_salt():
+    """This judge process's secret for the timing sets, drawn once. Candidate processes never
+    hold it: they are started (or forked by the zygote, itself started), never forked from the
+    judge, and candidate_env drops MUSACODER_JUDGE_* variables. MUSACODER_JUDGE_TIMING_SALT=N fixes it, to
+    replay a timing on the same inputs."""
     global _salt
     if _salt is None:
         v = os.environ.get(SALT_ENV, "").strip()
@@ -44,22 +50,21 @@ def trial_salt():
     return _salt
 
 
-def input_seed(seed, purpose, i):
-    """The seed of input set i of a purpose ("trial" or "timing"): the run's seed and the
-    process's secret hashed together, 56 bits (room for make_inputs' offsets)."""
-    h = hashlib.blake2b(f"{trial_salt()}:{seed}:{purpose}:{i}".encode(), digest_size=7)
+def timing_seed(seed, i):
+    """The seed of timing set i: the run's seed and the process's secret hashed together, 56
+    bits (room for make_inputs' offsets)."""
+    h = hashlib.blake2b(f"{timing_salt()}:{seed}:timing:{i}".encode(), digest_size=7)
     return int.from_bytes(h.digest(), "little")
 
 
 def trial_schedule(seed, trials):
-    """(input seed, variant) of each correctness trial (a probe in the same judge process gets
-    the same ones)."""
-    return [(input_seed(seed, "trial", t), variant_for(t)) for t in range(trials)]
+    """(input seed, variant) of each correctness trial; the probe replays exactly these."""
+    return [(seed * 1000 + t + 1, variant_for(t)) for t in range(trials)]
 
 
 def timing_sets(problem, seed, k, device, dtype):
     """The fresh native input sets rotated across timed iterations."""
-    return [make_inputs(problem, input_seed(seed, "timing", i), "native", device, dtype) for i in range(k)]
+    return [make_inputs(problem, timing_seed(seed, i), "native", device, dtype) for i in range(k)]
 
 
 def seed_all(seed):

@@ -42,40 +42,38 @@ def test_redraw_moves_affine_parameters_off_their_defaults():
     assert not torch.allclose(ln.bias, torch.zeros(64))
 
 
-def schedule_in_a_fresh_process(env_extra):
-    """trial_schedule(42, 5) and the first timing seed as a new judge process draws them."""
+def seeds_in_a_fresh_process(env_extra):
+    """trial_schedule(42, 5) and the timing sets' seeds as a new judge process draws them."""
     import json
     import os
     import subprocess
     import sys
     harness = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
-    env = {k: v for k, v in os.environ.items() if k != "MUSACODER_JUDGE_TRIAL_SALT"}
+    env = {k: v for k, v in os.environ.items() if k != "MUSACODER_JUDGE_TIMING_SALT"}
     env.update(PYTHONPATH=harness, **env_extra)
-    p = subprocess.run([sys.executable, "-c", "import json; from musacoder_harness.inputs import trial_schedule, input_seed;"
-                        "print(json.dumps([trial_schedule(42, 5), input_seed(42, 'timing', 0)]))"],
+    p = subprocess.run([sys.executable, "-c", "import json; from musacoder_harness.inputs import trial_schedule, timing_seed;"
+                        "print(json.dumps([trial_schedule(42, 5), [timing_seed(42, i) for i in range(3)]]))"],
                        capture_output=True, text=True, env=env)
     assert p.returncode == 0 or env_extra, p.stderr[-2000:]
     return json.loads(p.stdout) if p.returncode == 0 else p.stderr
 
 
-def test_trial_inputs_mix_in_a_secret_of_the_judge_process():
+def test_timing_inputs_mix_in_a_secret_of_the_judge_process():
     """The run's seed is sent to the candidate (its weights start as the reference's), so the
-    inputs' seeds must not follow from it alone: two judge processes draw different ones, and
-    neither is the seed-only schedule a candidate could compute."""
-    a, b = schedule_in_a_fresh_process({}), schedule_in_a_fresh_process({})
-    assert a != b
-    assert [s for s, _ in a[0]] != [42 * 1000 + t + 1 for t in range(5)]
-    assert len({s for s, _ in a[0]}) == 5 and a[1] not in {s for s, _ in a[0]}
-    assert all(0 <= s < 2 ** 56 for s, _ in a[0])
-    # Fixed, to replay a verdict on the same inputs; the variants are the schedule's as before.
-    c, d = schedule_in_a_fresh_process({"MUSACODER_JUDGE_TRIAL_SALT": "7"}), \
-        schedule_in_a_fresh_process({"MUSACODER_JUDGE_TRIAL_SALT": "7"})
-    assert c == d and c != a and [v for _, v in c[0]] == [variant_for(t) for t in range(5)]
-    err = schedule_in_a_fresh_process({"MUSACODER_JUDGE_TRIAL_SALT": "seven"})
-    assert "MUSACODER_JUDGE_TRIAL_SALT must be an integer, got 'seven'" in err
+    timed inputs' seeds must not follow from it alone: two judge processes draw different ones.
+    The correctness trials stay the run seed's, the very ones synth's probe checked."""
+    a, b = seeds_in_a_fresh_process({}), seeds_in_a_fresh_process({})
+    assert a[1] != b[1] and len(set(a[1])) == 3 and all(0 <= s < 2 ** 56 for s in a[1])
+    assert a[0] == b[0] == [[42 * 1000 + t + 1, variant_for(t)] for t in range(5)]
+    # Fixed, to replay a timing on the same inputs.
+    c, d = seeds_in_a_fresh_process({"MUSACODER_JUDGE_TIMING_SALT": "7"}), \
+        seeds_in_a_fresh_process({"MUSACODER_JUDGE_TIMING_SALT": "7"})
+    assert c == d and c[1] != a[1]
+    err = seeds_in_a_fresh_process({"MUSACODER_JUDGE_TIMING_SALT": "seven"})
+    assert "MUSACODER_JUDGE_TIMING_SALT must be an integer, got 'seven'" in err
 
 
 def test_candidates_never_get_the_secret(monkeypatch, tmp_path):
     from musacoder_harness.candidate_proc import candidate_env
-    monkeypatch.setenv("MUSACODER_JUDGE_TRIAL_SALT", "7")
-    assert "MUSACODER_JUDGE_TRIAL_SALT" not in candidate_env("/harness", str(tmp_path))
+    monkeypatch.setenv("MUSACODER_JUDGE_TIMING_SALT", "7")
+    assert "MUSACODER_JUDGE_TIMING_SALT" not in candidate_env("/harness", str(tmp_path))
