@@ -1,11 +1,18 @@
 #include "synth/graph.h"
 
+#include <cctype>
 #include <set>
 
 #include "common/check.h"
 #include "synth/op_library.h"
 
 namespace mc::synth {
+
+std::string input_dim_name(const GraphInput& in, size_t k) {
+  std::string name = in.name;
+  for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  return name + "_" + std::to_string(k);
+}
 
 int64_t numel(const Shape& s) {
   int64_t n = 1;

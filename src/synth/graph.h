@@ -38,6 +38,11 @@ struct GraphInput {
   std::string init;      // float inputs: "rand" (KernelBench's [0,1)), "randn", "softmax"
 };
 
+// The name of dim k of a graph input (X0_1: dim 1 of x0). The problem source defines these as
+// module globals that get_inputs() uses, as KernelBench's problems define batch_size and dim,
+// and the teacher's solutions begin with the same names as constexprs of the same values.
+std::string input_dim_name(const GraphInput& in, size_t k);
+
 struct Node {
   std::string op;          // op library name
   std::vector<int> args;   // value ids

@@ -37,7 +37,8 @@ static std::string value_name(const Graph& g, int v) {
 }
 
 static std::string input_expr(const GraphInput& in) {
-  std::string shape = py_shape(in.type.shape);
+  std::string shape;
+  for (size_t k = 0; k < in.type.shape.size(); ++k) shape += (k ? ", " : "") + input_dim_name(in, k);
   if (in.type.dtype == DType::kI64)
     return "torch.randint(0, " + std::to_string(in.int_high) + ", (" + shape + (in.type.shape.size() == 1 ? "," : "") + "))";
   if (in.init == "randn") return "torch.randn(" + shape + ")";
@@ -57,6 +58,11 @@ std::string problem_source(const Graph& g, const std::string& doc) {
     s += "        " + value_name(g, n.out) + " = " + op(n.op).py_call(n.p, args, "self." + n.attr) + "\n";
   }
   s += "        return " + value_name(g, g.output) + "\n\n\n";
+  // The inputs' sizes as module globals, as KernelBench's problems give theirs (batch_size = 16).
+  for (const auto& in : g.inputs)
+    for (size_t k = 0; k < in.type.shape.size(); ++k)
+      s += input_dim_name(in, k) + " = " + std::to_string(in.type.shape[k]) + "\n";
+  if (!g.inputs.empty()) s += "\n\n";
   s += "def get_inputs():\n    return [";
   for (size_t i = 0; i < g.inputs.size(); ++i) s += (i ? ", " : "") + input_expr(g.inputs[i]);
   s += "]\n\n\ndef get_init_inputs():\n    return []\n";

@@ -9,11 +9,6 @@
 namespace mc::synth {
 namespace {
 
-std::string upper(std::string s) {
-  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  return s;
-}
-
 bool is_ident(char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; }
 
 // Whether `text` names the identifier `name` (not as part of a longer one).
@@ -67,8 +62,7 @@ TeacherSizes::TeacherSizes(const Graph& g) {
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const Shape& s = g.inputs[i].type.shape;
     for (size_t k = 0; k < s.size(); ++k) {
-      std::string name = upper(g.inputs[i].name) + "_" + std::to_string(k);
-      values_[i].push_back(define(name, Dim(s[k]), g.inputs[i].name, true));
+      values_[i].push_back(define(input_dim_name(g.inputs[i], k), Dim(s[k]), g.inputs[i].name, true));
     }
   }
   auto st = g.state();

@@ -351,6 +351,31 @@ TEST(Teacher, SolutionsDifferOnlyInTheirSizesBlock) {
   EXPECT_EQ(src.find("15104"), std::string::npos) << src;  // 472 * 32, spelled X0_1 * X0_2
 }
 
+// KernelBench's problems give their sizes as module globals (batch_size = 16) that get_inputs()
+// uses; ours do too, under the names the teacher's constants block gives the same values. A
+// model trained on problems with literal sizes wrote `constexpr long long X_0 = batch_size` on
+// KernelBench: it had never seen a named size become a number.
+TEST(Generator, ProblemsNameTheirSizesAsTheTeachersConstantsDo) {
+  Graph g;
+  int x = add_float_input(g, {31, 472, 32});
+  g.add_node({"Mean", {x}, {{"dim", 0}, {"keepdim", false}}});
+  g.output = g.nodes.back().out;
+  std::string py = problem_source(g, "d");
+  EXPECT_NE(py.find("\nX0_0 = 31\nX0_1 = 472\nX0_2 = 32\n\n\ndef get_inputs():\n    return [torch.rand(X0_0, X0_1, X0_2)]"),
+            std::string::npos) << py;
+  EXPECT_NE(lower_graph(g, "t").kernelbench_py.find("constexpr long long X0_0 = 31, X0_1 = 472, X0_2 = 32;"),
+            std::string::npos);
+  // Generated problems of every level name theirs.
+  Generator gen({}, 4);
+  for (int level = 1; level <= 3; ++level)
+    for (uint64_t i = 0; i < 5; ++i) {
+      Graph h = gen.make(level, i);
+      std::string src = problem_source(h, "d");
+      for (size_t k = 0; k < h.inputs[0].type.shape.size(); ++k)
+        EXPECT_NE(src.find("\n" + input_dim_name(h.inputs[0], k) + " = "), std::string::npos) << src;
+    }
+}
+
 TEST(Teacher, KernelBenchSolutionPassesStaticLegalityAndFusesEpilogues) {
   GeneratorOptions o;
   Graph g;
