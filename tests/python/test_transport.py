@@ -33,3 +33,13 @@ def test_paths_outside_the_share_are_refused(tmp_path):
     d["shape"] = [1000]
     with pytest.raises(ValueError):
         open_tensor(d, str(tmp_path))
+
+
+def test_an_empty_descriptor_must_have_no_elements():
+    """A CUDA tensor of no elements has no IPC handle and travels as its shape alone; a
+    descriptor that claims elements it does not carry is refused (GPU side:
+    tests/cases/faults/empty_output.py)."""
+    with pytest.raises(ValueError, match=r"an 'empty' tensor descriptor with shape \[2, 3\] has elements"):
+        open_tensor({"kind": "empty", "dtype": "torch.float32", "shape": [2, 3], "device": 0})
+    with pytest.raises(ValueError, match="has elements"):
+        open_tensor({"kind": "empty", "dtype": "torch.float32", "shape": [], "device": 0})
