@@ -10,9 +10,8 @@ that knew its timed inputs in advance could compute their outputs at load, with 
 and hand them back when the clock runs. The correctness trials' seeds follow the run's seed
 alone, on purpose: synth's validity probe runs exactly these trials in fp32 and fp64 and drops
 a problem that is ill-conditioned on them, and whether a borderline problem is depends on the
-draw (a planted one was caught on 2 of 6 random draws), so trials drawn afresh would fail an
-honest kernel by luck. A candidate that knows them gains nothing: it must still compute their
-outputs, and legally.
+draw, so trials drawn afresh would fail an honest kernel by luck. A candidate that knows them
+gains nothing: it must still compute their outputs, and legally.
 """
 import hashlib
 import os
@@ -35,8 +34,8 @@ _salt = None
 def timing_salt():
     """This judge process's secret for the timing sets, drawn once. Candidate processes never
     hold it: they are started (or forked by the zygote, itself started), never forked from the
-    judge, and candidate_env drops MUSACODER_JUDGE_* variables. MUSACODER_JUDGE_TIMING_SALT=N fixes it, to
-    replay a timing on the same inputs."""
+    judge, and candidate_env drops MUSACODER_JUDGE_* variables. MUSACODER_JUDGE_TIMING_SALT=N
+    fixes it, to replay a timing on the same inputs."""
     global _salt
     if _salt is None:
         v = os.environ.get(SALT_ENV, "").strip()

@@ -1,4 +1,9 @@
-"""Trial inputs: seeded, beyond [0, 1), integers untouched; parameter re-draws."""
+"""Trial inputs: seeded, beyond [0, 1), integers untouched; parameter re-draws; the timing
+sets' secret."""
+import json
+import os
+import subprocess
+import sys
 import types
 
 import torch
@@ -44,10 +49,6 @@ def test_redraw_moves_affine_parameters_off_their_defaults():
 
 def seeds_in_a_fresh_process(env_extra):
     """trial_schedule(42, 5) and the timing sets' seeds as a new judge process draws them."""
-    import json
-    import os
-    import subprocess
-    import sys
     harness = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
     env = {k: v for k, v in os.environ.items() if k != "MUSACODER_JUDGE_TIMING_SALT"}
     env.update(PYTHONPATH=harness, **env_extra)
