@@ -8,7 +8,7 @@ try() {
     python3 -c 'import os,torch; torch.zeros(1,device="cuda"); print("cuda ok", os.environ.get("MUSACODER_SANDBOX"))' 2>&1 | tail -1
 }
 first=""
-for dis in "" nodump netns seccomp landlock "netns,landlock,seccomp,nodump"; do
+for dis in "" nodump netns caps seccomp landlock "netns,landlock,seccomp,nodump,caps"; do
   out=$(try "$dis" "")
   echo "disable=[$dis] -> $out"
   if [ -z "$first" ] && [[ "$out" == "cuda ok"* ]]; then first="$dis"; [ -z "$dis" ] && first="none"; fi

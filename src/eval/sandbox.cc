@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/landlock.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -81,6 +82,26 @@ bool apply_landlock(const SandboxOptions& opts, std::string* why) {
 #endif
 }
 
+// Drops every capability, now and across exec. The GPU machines run the verifier as root: with
+// CAP_SYS_PTRACE a candidate could read a judge's memory through /proc/PID/mem (the timing
+// salt among it), with CAP_DAC_OVERRIDE any file. Emptying the bounding set needs
+// CAP_SETPCAP; without it (not root) there is nothing to drop there.
+bool drop_capabilities(std::string* why) {
+  for (int cap = 0; cap < 64; ++cap) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);  // EINVAL past the last
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+  __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = {};
+  if (syscall(SYS_capset, &header, data) != 0) {
+    *why = std::string("capset: ") + strerror(errno);
+    return false;
+  }
+  if (prctl(PR_CAPBSET_READ, CAP_SYS_PTRACE, 0, 0, 0) > 0) {
+    *why = "caps: the bounding set keeps CAP_SYS_PTRACE (no CAP_SETPCAP to drop it)";
+    return false;
+  }
+  return true;
+}
+
 bool apply_seccomp(std::string* why) {
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) {
@@ -92,6 +113,11 @@ bool apply_seccomp(std::string* why) {
   for (int fam : {AF_INET, AF_INET6, AF_PACKET, AF_NETLINK})
     rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EACCES), SCMP_SYS(socket), 1,
                            SCMP_A0(SCMP_CMP_EQ, static_cast<scmp_datum_t>(fam)));
+  // No signal to a process group or to every process: as root, kill(-1, SIGKILL) ends every
+  // process on the machine. (A signal to one other process by its pid stays possible; a judge
+  // that dies so gives an infra error, which is never scored.)
+  rc |= seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(kill), 1,
+                         SCMP_A0(SCMP_CMP_MASKED_EQ, 0x80000000u, 0x80000000u));
   // No reaching into other processes or changing the system.
   for (int sc : {SCMP_SYS(ptrace), SCMP_SYS(process_vm_readv), SCMP_SYS(process_vm_writev),
                  SCMP_SYS(mount), SCMP_SYS(umount2), SCMP_SYS(reboot), SCMP_SYS(kexec_load),
@@ -114,7 +140,7 @@ bool apply_seccomp(std::string* why) {
 std::string apply_sandbox(const SandboxOptions& opts) {
   MC_CHECK(!opts.scratch.empty(), "sandbox needs a scratch folder");
   std::string layers, missing;
-  // MUSACODER_SANDBOX_DISABLE=netns,landlock,seccomp,nodump turns layers off, for diagnosing
+  // MUSACODER_SANDBOX_DISABLE=netns,caps,landlock,seccomp,nodump turns layers off, for diagnosing
   // a machine whose GPU driver needs something a layer forbids. Disabled layers are reported.
   const char* disable_env = std::getenv("MUSACODER_SANDBOX_DISABLE");
   std::string disabled = disable_env ? disable_env : "";
@@ -134,6 +160,8 @@ std::string apply_sandbox(const SandboxOptions& opts) {
   add(netns, "netns", std::string("netns: ") + strerror(errno));
   MC_CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS failed");
   std::string why;
+  add(!off("caps") && drop_capabilities(&why), "caps", why);
+  why.clear();
   add(!off("landlock") && apply_landlock(opts, &why), "landlock", why);
   why.clear();
   add(!off("seccomp") && apply_seccomp(&why), "seccomp", why);

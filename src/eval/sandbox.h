@@ -24,7 +24,7 @@ struct SandboxOptions {
 };
 
 // Applies every layer to the calling process. Returns the layers in force, e.g.
-// "netns+landlock+seccomp". Throws mc::Error when require_all and a layer is unavailable.
+// "netns+caps+landlock+seccomp". Throws mc::Error when require_all and a layer is unavailable.
 std::string apply_sandbox(const SandboxOptions& opts);
 
 // apply_sandbox, then execvp(argv). Only returns by throwing.
