@@ -1,5 +1,5 @@
 // A size in a teacher kernel's text: its value, and the C++ expression that spells it over the
-// named sizes of the problem (X0_1 for dim 1 of input x0; teacher_sizes.h). Teacher solutions
+// named sizes of the problem (batch_size, in_channels; teacher_sizes.h). Teacher solutions
 // spell every size this way, so a kernel's text is the same for every shape of its problem and
 // only the constants block at the top of the source changes: a model learns one kernel per op
 // and copies the sizes from the problem, instead of products such as 468224 it cannot compute.
@@ -40,7 +40,7 @@ class Dim {
   int64_t v_ = 1;
   std::string e_;    // "" for a literal; else the expression without its literal offset
   int kind_ = 0;     // of e_
-  int64_t off_ = 0;  // a literal added to e_: X0_2 - 3 + 1 folds to X0_2 - 2
+  int64_t off_ = 0;  // a literal added to e_: width - 3 + 1 folds to width - 2
 };
 
 using Dims = std::vector<Dim>;
@@ -50,7 +50,7 @@ std::vector<int64_t> values(const Dims& d);
 Dims strides_of(const Dims& d);  // contiguous strides
 Dim numel(const Dims& d);        // 1 for rank 0
 std::string lit(const Dim& d);   // d.str()
-// "(double)X0_1", the size as a floating-point operand.
+// "(double)dim", the size as a floating-point operand.
 std::string dbl(const Dim& d);
 
 }  // namespace mc::synth

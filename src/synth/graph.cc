@@ -9,6 +9,7 @@
 namespace mc::synth {
 
 std::string input_dim_name(const GraphInput& in, size_t k) {
+  if (!in.dims.empty()) return in.dims.at(k);
   std::string name = in.name;
   for (auto& ch : name) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   return name + "_" + std::to_string(k);

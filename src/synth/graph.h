@@ -36,11 +36,15 @@ struct GraphInput {
   TensorType type;
   int64_t int_high = 0;  // integer inputs: torch.randint(0, int_high, shape)
   std::string init;      // float inputs: "rand" (KernelBench's [0,1)), "randn", "softmax"
+  // The names of its dims (dim_names.h: batch_size, in_channels, ...); "" for a literal size.
+  // Empty: X<i>_<k>. Inputs that share a size share its name.
+  std::vector<std::string> dims;
 };
 
-// The name of dim k of a graph input (X0_1: dim 1 of x0). The problem source defines these as
-// module globals that get_inputs() uses, as KernelBench's problems define batch_size and dim,
-// and the teacher's solutions begin with the same names as constexprs of the same values.
+// The name of dim k of a graph input: GraphInput::dims[k] where set ("" for a literal size), else
+// X0_1 for dim 1 of x0. The problem source defines these as module globals that get_inputs()
+// uses, as KernelBench's problems define batch_size and dim, and the teacher's solutions begin
+// with the same names as constexprs of the same values.
 std::string input_dim_name(const GraphInput& in, size_t k);
 
 struct Node {

@@ -1,5 +1,7 @@
 #include "synth/python_emitter.h"
 
+#include <set>
+
 #include "synth/op_library.h"
 
 namespace mc::synth {
@@ -38,7 +40,10 @@ static std::string value_name(const Graph& g, int v) {
 
 static std::string input_expr(const GraphInput& in) {
   std::string shape;
-  for (size_t k = 0; k < in.type.shape.size(); ++k) shape += (k ? ", " : "") + input_dim_name(in, k);
+  for (size_t k = 0; k < in.type.shape.size(); ++k) {
+    std::string name = input_dim_name(in, k);
+    shape += (k ? ", " : "") + (name.empty() ? std::to_string(in.type.shape[k]) : name);
+  }
   if (in.type.dtype == DType::kI64)
     return "torch.randint(0, " + std::to_string(in.int_high) + ", (" + shape + (in.type.shape.size() == 1 ? "," : "") + "))";
   if (in.init == "randn") return "torch.randn(" + shape + ")";
@@ -59,10 +64,13 @@ std::string problem_source(const Graph& g, const std::string& doc) {
   }
   s += "        return " + value_name(g, g.output) + "\n\n\n";
   // The inputs' sizes as module globals, as KernelBench's problems give theirs (batch_size = 16).
+  std::set<std::string> defined;
   for (const auto& in : g.inputs)
-    for (size_t k = 0; k < in.type.shape.size(); ++k)
-      s += input_dim_name(in, k) + " = " + std::to_string(in.type.shape[k]) + "\n";
-  if (!g.inputs.empty()) s += "\n\n";
+    for (size_t k = 0; k < in.type.shape.size(); ++k) {
+      std::string name = input_dim_name(in, k);
+      if (!name.empty() && defined.insert(name).second) s += name + " = " + std::to_string(in.type.shape[k]) + "\n";
+    }
+  if (!defined.empty()) s += "\n\n";
   s += "def get_inputs():\n    return [";
   for (size_t i = 0; i < g.inputs.size(); ++i) s += (i ? ", " : "") + input_expr(g.inputs[i]);
   s += "]\n\n\ndef get_init_inputs():\n    return []\n";

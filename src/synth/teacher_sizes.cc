@@ -62,7 +62,11 @@ TeacherSizes::TeacherSizes(const Graph& g) {
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const Shape& s = g.inputs[i].type.shape;
     for (size_t k = 0; k < s.size(); ++k) {
-      values_[i].push_back(define(input_dim_name(g.inputs[i], k), Dim(s[k]), g.inputs[i].name, true));
+      std::string name = input_dim_name(g.inputs[i], k);
+      bool shared = false;  // an earlier input's size of the same name (a product's K)
+      for (auto& d : defs_) shared = shared || (d.input && d.name == name);
+      values_[i].push_back(name.empty() ? Dim(s[k]) : shared ? Dim::named(s[k], name)
+                                                             : define(name, Dim(s[k]), g.inputs[i].name, true));
     }
   }
   auto st = g.state();
