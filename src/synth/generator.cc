@@ -6,7 +6,7 @@
 #include "common/check.h"
 #include "common/hash.h"
 #include "common/toml.h"
-#include "synth/dim_names.h"
+#include "synth/problem_names.h"
 
 namespace mc::synth {
 
@@ -93,7 +93,7 @@ Graph Generator::make(int level, uint64_t index) const {
     try {
       Graph g = level == 1 ? level1(rng) : level == 2 ? level2(rng) : level3(rng);
       g.level = level;
-      name_input_dims(g);
+      name_problem(g);
       return g;
     } catch (const Error&) {
       continue;  // parameters that do not fit: draw again

@@ -89,6 +89,20 @@ std::vector<std::pair<int, StateTensor>> Graph::state() const {
   return own;
 }
 
+std::vector<InitArg> Graph::init_args() const {
+  std::vector<InitArg> out;
+  std::set<std::string> seen;
+  for (const auto& n : nodes) {
+    if (!n.p.contains("names")) continue;
+    for (const auto& kv : n.p["names"]) {
+      std::string key = kv.at(0), name = kv.at(1);
+      if (!seen.insert(name).second) continue;
+      out.push_back(key == "in" ? InitArg{name, 0, true} : InitArg{name, n.p.at(key).get<int64_t>(), false});
+    }
+  }
+  return out;
+}
+
 std::vector<int> Graph::uses() const {
   std::vector<int> u(values.size(), 0);
   for (const auto& n : nodes)

@@ -36,7 +36,7 @@ struct GraphInput {
   TensorType type;
   int64_t int_high = 0;  // integer inputs: torch.randint(0, int_high, shape)
   std::string init;      // float inputs: "rand" (KernelBench's [0,1)), "randn", "softmax"
-  // The names of its dims (dim_names.h: batch_size, in_channels, ...); "" for a literal size.
+  // The names of its dims (problem_names.h: batch_size, in_channels, ...); "" for a literal size.
   // Empty: X<i>_<k>. Inputs that share a size share its name.
   std::vector<std::string> dims;
 };
@@ -50,9 +50,19 @@ std::string input_dim_name(const GraphInput& in, size_t k);
 struct Node {
   std::string op;          // op library name
   std::vector<int> args;   // value ids
-  nlohmann::json p = nlohmann::json::object();  // op parameters (dim, kernel, stride, ...)
+  // Op parameters (dim, kernel, stride, ...); "names": [[key, name], ...] where the problem
+  // names a module argument ("k" as kernel_size; problem_names.h).
+  nlohmann::json p = nlohmann::json::object();
   std::string attr;        // python attribute of its module / parameter ("" when functional)
   int out = -1;            // value id
+};
+
+// A constructor argument of the problem's Model (and the teacher's ModelNew), passed by
+// get_init_inputs(): a node's module argument under its name (Node::p["names"]).
+struct InitArg {
+  std::string name;   // out_channels
+  int64_t value = 0;  // 0 where `size`
+  bool size = false;  // also an input's size name (in_channels): its global is that size's
 };
 
 struct Graph {
@@ -72,6 +82,8 @@ struct Graph {
   // state_dict entries in PyTorch's order (bare parameters first, then submodules'), with
   // their owners: (node index, entry). The native ABI passes them in this order.
   std::vector<std::pair<int, StateTensor>> state() const;
+  // Model's constructor arguments, in order (each name once).
+  std::vector<InitArg> init_args() const;
   // How many nodes read each value.
   std::vector<int> uses() const;
   nlohmann::json to_json() const;

@@ -52,6 +52,24 @@ std::string call_module(const nlohmann::json&, const std::vector<std::string>& a
   return self_attr + "(" + args.at(0) + ")";
 }
 
+static std::string name_of(const nlohmann::json& p, const std::string& key) {
+  if (p.contains("names"))
+    for (const auto& kv : p["names"])
+      if (kv.at(0) == key) return kv.at(1);
+  return "";
+}
+
+std::string spelled(const nlohmann::json& p, const std::string& key, const std::string& literal) {
+  std::string name = name_of(p, key);
+  return name.empty() ? literal : name;
+}
+
+Dim spelled_dim(const nlohmann::json& p, const std::string& key) {
+  std::string name = name_of(p, key);
+  int64_t v = p.at(key).get<int64_t>();
+  return name.empty() ? Dim(v) : Dim::named(v, name);
+}
+
 std::string lit(int64_t v) { return std::to_string(v) + "LL"; }
 
 Shape shape_by(const DimsRule& rule, const nlohmann::json& p, const std::vector<TensorType>& in) {

@@ -106,6 +106,10 @@ void register_index_ops(std::map<std::string, OpDef>& lib);      // gather, embe
 // Helpers shared by the family files.
 // py_call of ops that are nn modules: "self.<attr>(x)".
 std::string call_module(const nlohmann::json& p, const std::vector<std::string>& args, const std::string& self_attr);
+// A module argument as the problem writes it: its name (Node::p["names"]: kernel_size) where the
+// problem names it, else `literal`; spelled_dim: the same as a size in kernel text (dim.h).
+std::string spelled(const nlohmann::json& p, const std::string& key, const std::string& literal);
+Dim spelled_dim(const nlohmann::json& p, const std::string& key);
 std::string lit(int64_t v);                       // "128LL" (a size: lit(const Dim&))
 std::string flit(double v);                       // "0.5f" spelled exactly
 std::string dlit(double v);                       // "0.5" (double, 17 digits)

@@ -62,12 +62,12 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     return std::make_pair(std::vector<int>{x}, params(rng, cin));
   };
   // The output's and the weight's sizes, on values (infer, state) or as the kernel text spells
-  // them (dim.h): out_channels and the kernel size stay the literals of the module's arguments,
-  // the spatial sizes are arithmetic on the input's.
+  // them (dim.h): out_channels as the problem spells it (its name, or the literal), the kernel
+  // size a literal, the spatial sizes arithmetic on the input's.
   auto out_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
     auto k = vec(p, "k", nd, 1), st = vec(p, "stride", nd, 1), pad = vec(p, "pad", nd, 0), dil = vec(p, "dil", nd, 1),
          op = vec(p, "out_pad", nd, 0);
-    Dims s = {in[0][0], Dim(p.at("out").get<int64_t>())};
+    Dims s = {in[0][0], spelled_dim(p, "out")};
     for (int i = 0; i < nd; ++i) {
       const Dim& x = in[0][2 + i];
       s.push_back(transposed ? x * st[i] + (-st[i] - 2 * pad[i] + dil[i] * (k[i] - 1) + op[i] + 1)
@@ -76,7 +76,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     return s;
   };
   auto state_dims = [nd, transposed](const nlohmann::json& p, const std::vector<Dims>& in) {
-    Dim cin = in[0][1], cout = p.at("out").get<int64_t>(), g = p.value("groups", int64_t{1});
+    Dim cin = in[0][1], cout = spelled_dim(p, "out"), g = p.value("groups", int64_t{1});
     Dims w = transposed ? Dims{cin, cout / g} : Dims{cout, cin / g};
     for (auto k : vec(p, "k", nd, 1)) w.push_back(k);
     std::vector<Dims> s = {w};
@@ -101,10 +101,11 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
   d.infer_dims = out_dims;
   d.state_dims = state_dims;
   d.py_init = [nd, name = d.name](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    std::string s = "nn." + name + "(" + std::to_string(in[0].shape[1]) + ", " + std::to_string(p.at("out").get<int64_t>()) +
-                    ", " + tuple_or_int(vec(p, "k", nd, 1));
-    if (p.value("stride", 1) != 1) s += ", stride=" + std::to_string(p["stride"].get<int64_t>());
-    if (p.value("pad", 0) != 0) s += ", padding=" + std::to_string(p["pad"].get<int64_t>());
+    std::string s = "nn." + name + "(" + spelled(p, "in", std::to_string(in[0].shape[1])) + ", " +
+                    spelled(p, "out", std::to_string(p.at("out").get<int64_t>())) + ", " +
+                    spelled(p, "k", tuple_or_int(vec(p, "k", nd, 1)));
+    if (p.value("stride", 1) != 1) s += ", stride=" + spelled(p, "stride", std::to_string(p["stride"].get<int64_t>()));
+    if (p.value("pad", 0) != 0) s += ", padding=" + spelled(p, "pad", std::to_string(p["pad"].get<int64_t>()));
     if (p.value("out_pad", 0) != 0) s += ", output_padding=" + std::to_string(p["out_pad"].get<int64_t>());
     if (p.value("groups", 1) != 1) s += ", groups=" + std::to_string(p["groups"].get<int64_t>());
     if (!p.value("bias", true)) s += ", bias=False";
@@ -204,9 +205,9 @@ void add_pool(std::map<std::string, OpDef>& lib, int nd, bool max) {
   };
   d.infer_dims = out_dims;
   d.py_init = [name = d.name](const nlohmann::json& p, const std::vector<TensorType>&) {
-    std::string s = "nn." + name + "(kernel_size=" + std::to_string(p.at("k").get<int64_t>()) +
-                    ", stride=" + std::to_string(p.at("stride").get<int64_t>());
-    if (p.value("pad", 0) != 0) s += ", padding=" + std::to_string(p["pad"].get<int64_t>());
+    std::string s = "nn." + name + "(kernel_size=" + spelled(p, "k", std::to_string(p.at("k").get<int64_t>())) +
+                    ", stride=" + spelled(p, "stride", std::to_string(p.at("stride").get<int64_t>()));
+    if (p.value("pad", 0) != 0) s += ", padding=" + spelled(p, "pad", std::to_string(p["pad"].get<int64_t>()));
     return s + ")";
   };
   d.py_call = call_module;

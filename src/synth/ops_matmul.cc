@@ -182,16 +182,16 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     int x = add_float_input(g, {m, k});
     return std::make_pair(std::vector<int>{x}, nlohmann::json{{"out", n}, {"bias", coin(rng, 0.85)}});
   };
-  // out_features stays the literal of nn.Linear(in, out).
+  // out_features as the problem spells it: its name, or the literal of nn.Linear(in, out).
   d.state_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
-    Dim n = p.at("out").get<int64_t>();
+    Dim n = spelled_dim(p, "out");
     std::vector<Dims> s = {{n, in[0].back()}};
     if (p.value("bias", true)) s.push_back({n});
     return s;
   };
   d.infer_dims = [](const nlohmann::json& p, const std::vector<Dims>& in) {
     Dims s = in[0];
-    s.back() = p.at("out").get<int64_t>();
+    s.back() = spelled_dim(p, "out");
     return s;
   };
   d.infer = [rule = d.infer_dims](const nlohmann::json& p, const std::vector<TensorType>& in) {
@@ -205,7 +205,8 @@ void add_linear(std::map<std::string, OpDef>& lib) {
     return s;
   };
   d.py_init = [](const nlohmann::json& p, const std::vector<TensorType>& in) {
-    return "nn.Linear(" + std::to_string(in[0].shape.back()) + ", " + std::to_string(p.at("out").get<int64_t>()) +
+    return "nn.Linear(" + spelled(p, "in", std::to_string(in[0].shape.back())) + ", " +
+           spelled(p, "out", std::to_string(p.at("out").get<int64_t>())) +
            (p.value("bias", true) ? "" : ", bias=False") + ")";
   };
   d.py_call = call_module;

@@ -17,6 +17,12 @@ std::string init_body(const Graph& g) {
   return s;
 }
 
+std::string init_params(const Graph& g) {
+  std::string s = "self";
+  for (const auto& a : g.init_args()) s += ", " + a.name;
+  return s;
+}
+
 std::string forward_params(const Graph& g) {
   std::string s = "self";
   for (const auto& in : g.inputs) s += ", " + in.name;
@@ -55,7 +61,7 @@ static std::string input_expr(const GraphInput& in) {
 std::string problem_source(const Graph& g, const std::string& doc) {
   std::string s = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n\n\n";
   s += "class Model(nn.Module):\n    \"\"\"" + doc + "\"\"\"\n\n";
-  s += "    def __init__(self):\n        super().__init__()\n" + init_body(g) + "\n";
+  s += "    def __init__(" + init_params(g) + "):\n        super().__init__()\n" + init_body(g) + "\n";
   s += "    def forward(" + forward_params(g) + "):\n";
   for (const auto& n : g.nodes) {
     std::vector<std::string> args;
@@ -70,10 +76,16 @@ std::string problem_source(const Graph& g, const std::string& doc) {
       std::string name = input_dim_name(in, k);
       if (!name.empty() && defined.insert(name).second) s += name + " = " + std::to_string(in.type.shape[k]) + "\n";
     }
+  // Then the module arguments that are no input's size (out_channels = 16).
+  std::vector<InitArg> init = g.init_args();
+  for (const auto& a : init)
+    if (!a.size && defined.insert(a.name).second) s += a.name + " = " + std::to_string(a.value) + "\n";
   if (!defined.empty()) s += "\n\n";
   s += "def get_inputs():\n    return [";
   for (size_t i = 0; i < g.inputs.size(); ++i) s += (i ? ", " : "") + input_expr(g.inputs[i]);
-  s += "]\n\n\ndef get_init_inputs():\n    return []\n";
+  s += "]\n\n\ndef get_init_inputs():\n    return [";
+  for (size_t i = 0; i < init.size(); ++i) s += (i ? ", " : "") + init[i].name;
+  s += "]\n";
   return s;
 }
 

@@ -258,7 +258,7 @@ TeacherSolution Lowering::finish(const std::string& module_name) {
   py += "cpp_source = \"#include <torch/extension.h>\\n#include <vector>\\ntorch::Tensor forward(std::vector<torch::Tensor> ins);\"\n\n";
   py += "_ext = load_inline(name=\"" + module_name + "\", cpp_sources=cpp_source, cuda_sources=cuda_source,\n"
         "                   functions=[\"forward\"], verbose=False)\n\n\n";
-  py += "class ModelNew(nn.Module):\n    def __init__(self):\n        super().__init__()\n" + init_body(g_) + "\n";
+  py += "class ModelNew(nn.Module):\n    def __init__(" + init_params(g_) + "):\n        super().__init__()\n" + init_body(g_) + "\n";
   py += "    def forward(" + forward_params(g_) + "):\n        return _ext.forward([";
   std::vector<std::string> args;
   for (auto& in : g_.inputs) args.push_back(in.name);

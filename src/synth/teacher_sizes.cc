@@ -69,6 +69,11 @@ TeacherSizes::TeacherSizes(const Graph& g) {
                                                              : define(name, Dim(s[k]), g.inputs[i].name, true));
     }
   }
+  for (const auto& a : g.init_args())
+    if (!a.size) {
+      define(a.name, Dim(a.value), "init");
+      defs_.back().always = true;
+    }
   auto st = g.state();
   state_.resize(st.size());
   std::map<int, std::vector<int>> node_state;
@@ -137,7 +142,7 @@ std::string TeacherSizes::constants(const std::string& text) const {
     if (used.count(d.name)) groups.insert(d.group);
   std::string out, line_group;
   for (auto& d : defs_) {
-    if (!(used.count(d.name) || (d.input && groups.count(d.group)))) continue;
+    if (!(used.count(d.name) || d.always || (d.input && groups.count(d.group)))) continue;
     if (d.group != line_group) {
       if (!line_group.empty()) out += ";\n";
       out += "constexpr long long ";

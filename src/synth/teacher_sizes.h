@@ -29,13 +29,16 @@ class TeacherSizes {
   const Dims& state(int j) const { return state_.at(j); }  // j: index into g.state()
 
   // The constants block for a source whose kernels and host code are `text`: a line per graph
-  // input with any dim named in it, then the derived constants it uses, with what they use.
+  // input with any dim named in it, a line of the module arguments the problem names (all of
+  // them, used or not: the block repeats the problem's globals), then the derived constants it
+  // uses, with what they use.
   std::string constants(const std::string& text) const;
 
  private:
   struct Def {
     std::string name, rhs, group;  // group: one line per input / value / state tensor
     bool input = false;            // a graph input's dim
+    bool always = false;           // a module argument the problem names: in every block
   };
   Dim define(const std::string& name, const Dim& value, const std::string& group, bool input = false);
   Dim match(int64_t x, size_t pos, size_t rank, const std::vector<const Dims*>& places,

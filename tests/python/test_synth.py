@@ -1,6 +1,7 @@
 """`musacoder synth` against PyTorch on the CPU: every op's shape and dtype rule, the generated
 files as KernelBench problems (they import, construct and run), determinism for a seed, and
 clear errors for bad configurations."""
+import ast
 import importlib.util
 import json
 import os
@@ -91,6 +92,39 @@ def test_level2_and_level3_problems_run_with_declared_shapes(tmp_path):
         assert list(y.shape) == declared(p)["shape"], p["path"]
         # The teacher's native ABI passes state in this order: it must be PyTorch's.
         assert list(model.state_dict().keys()) == p["graph"]["state"], p["path"]
+
+
+def test_kernelbench_solutions_take_the_problems_constructor(tmp_path):
+    """KernelBench's harness builds Model(*get_init_inputs()) and ModelNew(*get_init_inputs())
+    under one seed and needs the same weights in both: the teacher's ModelNew takes the problem's
+    constructor arguments (in_channels, out_channels, kernel_size, ...) and builds the same
+    state, value for value."""
+    w = tmp_path / "w.toml"
+    w.write_text("min_elems = 2048\nmax_elems = 16384\n[families]\nconv = 4.0\npool = 2.0\nmatmul = 2.0\n")
+    out = tmp_path / "o"
+    synth(out, "--levels", "1,2", "--count", "16", "--formats", "kernelbench", "--weights", str(w), "--seed", "4")
+    rows = [json.loads(x) for x in (out / "problems.jsonl").read_text().splitlines()]
+    assert len(rows) == 16
+    with_args = 0
+    for r in rows:
+        prob = {}
+        exec(compile((out / r["path"]).read_text(), "problem", "exec"), prob)
+        # The teacher's solution (unverified here: kept for inspection under work/solutions);
+        # ModelNew's class alone, as the module's load_inline would compile the CUDA.
+        solution = (out / "work" / "solutions" / f"level{r['level']}" / f"{r['id']}_{r['name']}.py").read_text()
+        cls = next(n for n in ast.parse(solution).body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+        sol = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional}
+        exec(compile(ast.Module(body=[cls], type_ignores=[]), "ModelNew", "exec"), sol)
+        init = prob["get_init_inputs"]()
+        assert all(isinstance(x, int) for x in init), (r["name"], init)
+        torch.manual_seed(0)
+        a = prob["Model"](*init).state_dict()
+        torch.manual_seed(0)
+        b = sol["ModelNew"](*init).state_dict()
+        assert list(a) == list(b), r["name"]
+        assert all(torch.equal(a[k], b[k]) for k in a), r["name"]
+        with_args += bool(init)
+    assert with_args >= 6
 
 
 def test_same_seed_same_dataset_other_seed_other(tmp_path):

@@ -25,6 +25,7 @@
 #include "synth/generator.h"
 #include "synth/llm_teacher.h"
 #include "synth/python_emitter.h"
+#include "synth/problem_names.h"
 #include "synth/prompt.h"
 #include "synth/synthesizer.h"
 #include "synth/task_set.h"
@@ -377,9 +378,10 @@ TEST(Generator, ProblemsNameTheirSizesAsTheTeachersConstantsDo) {
     }
 }
 
-// The names are KernelBench's (batch_size, in_channels, M, K, N): 50 of the 89 compile errors of
-// a model fine-tuned on X0_1-style names were KernelBench's names used in CUDA undefined, because
-// its training had never shown `in_channels = 3` in a problem become a constant in a solution.
+// The names are KernelBench's (batch_size, in_channels, M, K, N; out_channels, kernel_size as
+// constructor arguments): 50 of the 89 compile errors of a model fine-tuned on X0_1-style names
+// were KernelBench's names used in CUDA undefined, because its training had never shown
+// `in_channels = 3` in a problem become a constant in a solution.
 TEST(Generator, ProblemsUseKernelBenchsSizeNames) {
   auto problem = [](const std::string& op) { return problem_source(only_op(op, 0), "d"); };
   auto solution = [](const std::string& op) { return lower_graph(only_op(op, 0), "t").kernelbench_py; };
@@ -403,6 +405,25 @@ TEST(Generator, ProblemsUseKernelBenchsSizeNames) {
   EXPECT_NE(problem("MSELoss").find("torch.rand(batch_size, dim), torch.rand(batch_size, dim)"), std::string::npos)
       << problem("MSELoss");
   EXPECT_NE(problem("CrossEntropyLoss").find("(batch_size,))"), std::string::npos) << problem("CrossEntropyLoss");
+  // Module arguments: globals too, passed to Model's constructor by get_init_inputs(), and
+  // ModelNew takes the same; the solution's constants repeat them.
+  Graph conv;
+  int cx = add_float_input(conv, {4, 3, 32, 32});
+  conv.add_node({"Conv2d", {cx}, {{"out", 16}, {"k", 3}, {"stride", 2}, {"pad", 1}, {"bias", true}}});
+  conv.output = conv.nodes.back().out;
+  name_problem(conv);
+  std::string cp = problem_source(conv, "d"), cs = lower_graph(conv, "t").kernelbench_py;
+  const std::string args = "in_channels, out_channels, kernel_size, stride, padding";
+  EXPECT_NE(cp.find("def __init__(self, " + args + "):"), std::string::npos) << cp;
+  EXPECT_NE(cp.find("nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding"), std::string::npos) << cp;
+  EXPECT_NE(cp.find("\nkernel_size = 3\nstride = 2\npadding = 1\n"), std::string::npos) << cp;
+  EXPECT_NE(cp.find("def get_init_inputs():\n    return [" + args + "]"), std::string::npos) << cp;
+  EXPECT_NE(cs.find("def __init__(self, " + args + "):"), std::string::npos) << cs;
+  EXPECT_NE(cs.find("constexpr long long out_channels = "), std::string::npos) << cs;
+  EXPECT_NE(cs.find(", kernel_size = 3, stride = 2, padding = 1;"), std::string::npos) << cs;
+  EXPECT_NE(problem("MaxPool2d").find("nn.MaxPool2d(kernel_size=kernel_size, stride="), std::string::npos)
+      << problem("MaxPool2d");
+  EXPECT_NE(problem("Linear").find("nn.Linear(in_features, out_features"), std::string::npos) << problem("Linear");
   // Every name is defined once, and none is CUDA's dim3.
   Generator gen({}, 5);
   for (int level = 1; level <= 3; ++level)

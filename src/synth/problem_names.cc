@@ -1,6 +1,7 @@
-#include "synth/dim_names.h"
+#include "synth/problem_names.h"
 
 #include <map>
+#include <set>
 
 #include "synth/op_library.h"
 
@@ -8,6 +9,7 @@ namespace mc::synth {
 namespace {
 
 using Names = std::vector<std::string>;
+
 
 // The spatial dims of a [N, C, spatial...] tensor. Never "dim3": that is CUDA's grid type.
 Names spatial(size_t n) {
@@ -58,8 +60,6 @@ Names by_role(const OpDef& d, size_t arg, size_t rank) {
   return rows(rank, f == "norm");
 }
 
-}  // namespace
-
 void name_input_dims(Graph& g) {
   // The first node that reads each input, and at which argument.
   std::map<int, std::pair<const Node*, size_t>> reader;
@@ -94,6 +94,55 @@ void name_input_dims(Graph& g) {
       in.dims[k] = name;
     }
   }
+}
+
+// The module arguments op `d` names, as (parameter key, name) in KernelBench's order; "in" is the
+// input's channels or features, which is that input's size name.
+std::vector<std::pair<std::string, std::string>> module_args(const OpDef& d) {
+  if (d.family == "conv") return {{"in", "in_channels"}, {"out", "out_channels"}, {"k", "kernel_size"}, {"stride", "stride"}, {"pad", "padding"}};
+  if (d.family == "pool" && d.name != "GlobalAvgPool") return {{"k", "kernel_size"}, {"stride", "stride"}, {"pad", "padding"}};
+  if (d.name == "Linear") return {{"in", "in_features"}, {"out", "out_features"}};
+  return {};
+}
+
+void name_module_args(Graph& g) {
+  std::map<std::string, int64_t> taken;  // every name the problem defines, and its value
+  for (const auto& in : g.inputs)
+    for (size_t k = 0; k < in.dims.size(); ++k)
+      if (!in.dims[k].empty()) taken.emplace(in.dims[k], in.type.shape[k]);
+  std::set<std::string> families_named;
+  for (auto& n : g.nodes) {
+    const OpDef& d = op(n.op);
+    auto args = module_args(d);
+    if (args.empty() || !families_named.insert(d.family).second) continue;
+    nlohmann::json names = nlohmann::json::array();
+    for (auto& [key, name] : args) {
+      if (key == "in") {
+        // The input's channels (features): named when it is a graph input's size of that name.
+        int a = n.args.at(0);
+        if (a >= static_cast<int>(g.inputs.size())) continue;
+        const GraphInput& in = g.inputs[a];
+        size_t at = d.family == "conv" ? 1 : in.type.shape.size() - 1;
+        if (at < in.dims.size() && in.dims[at] == name) names.push_back({key, name});
+        continue;
+      }
+      // Only a single integer (a square kernel), and a stride or padding only where it is set.
+      if (!n.p.contains(key) || !n.p[key].is_number_integer()) continue;
+      int64_t v = n.p[key].get<int64_t>();
+      if ((key == "stride" && v == 1) || (key == "pad" && v == 0)) continue;
+      if (auto t = taken.find(name); t != taken.end()) continue;  // a size or an earlier argument
+      taken.emplace(name, v);
+      names.push_back({key, name});
+    }
+    if (!names.empty()) n.p["names"] = names;
+  }
+}
+
+}  // namespace
+
+void name_problem(Graph& g) {
+  name_input_dims(g);
+  name_module_args(g);
 }
 
 }  // namespace mc::synth
