@@ -185,6 +185,14 @@ def test_sharded_rl_step_equals_one_rank(tmp_path):
             if k in x:
                 assert y[k] == pytest.approx(x[k], rel=1e-5, abs=1e-7), (x["step"], k)
         assert y["updated"] and y["mirrorpop_mean_abs_log_ratio"] < 1e-4, y
+    # Weights: equal to 1e-6 but for a few elements. Adam divides by sqrt(v) + eps, so where a
+    # gradient is near zero the update is about lr * g / eps, and the two ranks' summation order
+    # (gradients 1e-10 apart) moves it by up to 1e5 times that at lr 1e-3 (seen: 55 of 109k
+    # elements, at most 6e-5, with grad norms equal to 1e-7). A sharding bug moves many elements
+    # by about lr.
     wa, wb = weights(tmp_path / "one", 2), weights(tmp_path / "sharded", 2)
+    off = sum(int(((wa[k] - wb[k]).abs() > 1e-6).sum()) for k in wa)
+    total = sum(wa[k].numel() for k in wa)
+    assert off <= total // 1000, (off, total)
     for k in wa:
-        assert (wa[k] - wb[k]).abs().max().item() < 1e-6, k
+        assert (wa[k] - wb[k]).abs().max().item() < 1e-4, k
