@@ -1,5 +1,6 @@
 #include "synth/graph.h"
 
+#include <algorithm>
 #include <cctype>
 #include <set>
 
@@ -97,9 +98,13 @@ std::vector<InitArg> Graph::init_args() const {
     for (const auto& kv : n.p["names"]) {
       std::string key = kv.at(0), name = kv.at(1);
       if (!seen.insert(name).second) continue;
-      out.push_back(key == "in" ? InitArg{name, 0, true} : InitArg{name, n.p.at(key).get<int64_t>(), false});
+      if (key == "in") out.push_back({name, 0, true});
+      else if (n.p.at(key).is_boolean()) out.push_back({name, n.p[key].get<bool>() ? 1 : 0, false, true});
+      else out.push_back({name, n.p.at(key).get<int64_t>()});
     }
   }
+  // Switches last: Python's defaulted parameters follow the others.
+  std::stable_partition(out.begin(), out.end(), [](const InitArg& a) { return !a.flag; });
   return out;
 }
 

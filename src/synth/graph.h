@@ -61,8 +61,11 @@ struct Node {
 // get_init_inputs(): a node's module argument under its name (Node::p["names"]).
 struct InitArg {
   std::string name;   // out_channels
-  int64_t value = 0;  // 0 where `size`
+  int64_t value = 0;  // 0 where `size`; 0 or 1 where `flag`
   bool size = false;  // also an input's size name (in_channels): its global is that size's
+  // A switch with KernelBench's default, bias=False: last in the constructor, passed by
+  // get_init_inputs() only where it is True. Python only (no constant in a solution).
+  bool flag = false;
 };
 
 struct Graph {

@@ -99,7 +99,8 @@ void name_input_dims(Graph& g) {
 // The module arguments op `d` names, as (parameter key, name) in KernelBench's order; "in" is the
 // input's channels or features, which is that input's size name.
 std::vector<std::pair<std::string, std::string>> module_args(const OpDef& d) {
-  if (d.family == "conv") return {{"in", "in_channels"}, {"out", "out_channels"}, {"k", "kernel_size"}, {"stride", "stride"}, {"pad", "padding"}};
+  if (d.family == "conv")
+    return {{"in", "in_channels"}, {"out", "out_channels"}, {"k", "kernel_size"}, {"stride", "stride"}, {"pad", "padding"}, {"bias", "bias"}};
   if (d.family == "pool" && d.name != "GlobalAvgPool") return {{"k", "kernel_size"}, {"stride", "stride"}, {"pad", "padding"}};
   if (d.name == "Linear") return {{"in", "in_features"}, {"out", "out_features"}};
   return {};
@@ -124,6 +125,11 @@ void name_module_args(Graph& g) {
         const GraphInput& in = g.inputs[a];
         size_t at = d.family == "conv" ? 1 : in.type.shape.size() - 1;
         if (at < in.dims.size() && in.dims[at] == name) names.push_back({key, name});
+        continue;
+      }
+      if (key == "bias") {  // KernelBench's bias=False default: a switch, passed where True
+        if (n.p.contains(key) && n.p[key].is_boolean() && !taken.count(name)) names.push_back({key, name});
+        taken.emplace(name, 0);
         continue;
       }
       // Only a single integer (a square kernel), and a stride or padding only where it is set.

@@ -19,7 +19,7 @@ std::string init_body(const Graph& g) {
 
 std::string init_params(const Graph& g) {
   std::string s = "self";
-  for (const auto& a : g.init_args()) s += ", " + a.name;
+  for (const auto& a : g.init_args()) s += ", " + a.name + (a.flag ? "=False" : "");
   return s;
 }
 
@@ -79,12 +79,16 @@ std::string problem_source(const Graph& g, const std::string& doc) {
   // Then the module arguments that are no input's size (out_channels = 16).
   std::vector<InitArg> init = g.init_args();
   for (const auto& a : init)
-    if (!a.size && defined.insert(a.name).second) s += a.name + " = " + std::to_string(a.value) + "\n";
+    if (a.flag ? a.value == 1 && defined.insert(a.name).second : !a.size && defined.insert(a.name).second)
+      s += a.name + " = " + (a.flag ? std::string("True") : std::to_string(a.value)) + "\n";
   if (!defined.empty()) s += "\n\n";
   s += "def get_inputs():\n    return [";
   for (size_t i = 0; i < g.inputs.size(); ++i) s += (i ? ", " : "") + input_expr(g.inputs[i]);
   s += "]\n\n\ndef get_init_inputs():\n    return [";
-  for (size_t i = 0; i < init.size(); ++i) s += (i ? ", " : "") + init[i].name;
+  std::string passed;
+  for (const auto& a : init)
+    if (!a.flag || a.value == 1) passed += (passed.empty() ? "" : ", ") + a.name;
+  s += passed;
   s += "]\n";
   return s;
 }

@@ -70,7 +70,7 @@ TeacherSizes::TeacherSizes(const Graph& g) {
     }
   }
   for (const auto& a : g.init_args())
-    if (!a.size) {
+    if (!a.size && !a.flag) {
       define(a.name, Dim(a.value), "init");
       defs_.back().always = true;
     }
