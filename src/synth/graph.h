@@ -66,6 +66,7 @@ struct InitArg {
   // A switch with KernelBench's default, bias=False: last in the constructor, passed by
   // get_init_inputs() only where it is True. Python only (no constant in a solution).
   bool flag = false;
+  bool passed() const { return !flag || value == 1; }  // by get_init_inputs()
 };
 
 struct Graph {

@@ -108,7 +108,7 @@ void add_conv(std::map<std::string, OpDef>& lib, int nd, bool transposed) {
     if (p.value("pad", 0) != 0) s += ", padding=" + spelled(p, "pad", std::to_string(p["pad"].get<int64_t>()));
     if (p.value("out_pad", 0) != 0) s += ", output_padding=" + std::to_string(p["out_pad"].get<int64_t>());
     if (p.value("groups", 1) != 1) s += ", groups=" + std::to_string(p["groups"].get<int64_t>());
-    if (spelled(p, "bias", "") == "bias") s += ", bias=bias";
+    if (std::string b = spelled(p, "bias", ""); !b.empty()) s += ", bias=" + b;
     else if (!p.value("bias", true)) s += ", bias=False";
     if (p.value("dil", 1) != 1) s += ", dilation=" + std::to_string(p["dil"].get<int64_t>());
     return s + ")";

@@ -10,7 +10,6 @@ namespace {
 
 using Names = std::vector<std::string>;
 
-
 // The spatial dims of a [N, C, spatial...] tensor. Never "dim3": that is CUDA's grid type.
 Names spatial(size_t n) {
   if (n == 1) return {"length"};

@@ -4,9 +4,10 @@
 // product's operands; batch_size, dim for a row-wise op. The problem declares them as module
 // globals that get_inputs() uses. Module arguments: out_channels, kernel_size, stride, padding
 // of a convolution or pooling, out_features of a linear layer, and a convolution's bias as
-// KernelBench's defaulted switch (bias=False; KernelBench's convolutions mostly have none). The problem declares them as
-// globals too, and its Model takes them in its constructor (in_channels, out_channels,
-// kernel_size), which get_init_inputs() passes, as KernelBench's problems do. The teacher's
+// KernelBench's defaulted switch (bias=False; KernelBench's convolutions mostly have none).
+// The problem declares them as globals too, and its Model takes them in its constructor
+// (in_channels, out_channels, kernel_size), which get_init_inputs() passes, as KernelBench's
+// problems do. The teacher's
 // solutions open with the same names as constexprs of the same values, and their ModelNew takes
 // the same constructor arguments, so a model learns to turn a problem's `in_channels = 3` into a
 // C++ constant and to keep Model's constructor.

@@ -79,7 +79,7 @@ std::string problem_source(const Graph& g, const std::string& doc) {
   // Then the module arguments that are no input's size (out_channels = 16).
   std::vector<InitArg> init = g.init_args();
   for (const auto& a : init)
-    if (a.flag ? a.value == 1 && defined.insert(a.name).second : !a.size && defined.insert(a.name).second)
+    if (a.passed() && !a.size && defined.insert(a.name).second)
       s += a.name + " = " + (a.flag ? std::string("True") : std::to_string(a.value)) + "\n";
   if (!defined.empty()) s += "\n\n";
   s += "def get_inputs():\n    return [";
@@ -87,9 +87,8 @@ std::string problem_source(const Graph& g, const std::string& doc) {
   s += "]\n\n\ndef get_init_inputs():\n    return [";
   std::string passed;
   for (const auto& a : init)
-    if (!a.flag || a.value == 1) passed += (passed.empty() ? "" : ", ") + a.name;
-  s += passed;
-  s += "]\n";
+    if (a.passed()) passed += (passed.empty() ? "" : ", ") + a.name;
+  s += passed + "]\n";
   return s;
 }
 

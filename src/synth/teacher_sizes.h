@@ -1,7 +1,7 @@
 // The named sizes of one problem, as the teacher's solution spells them (dim.h): the dims of the
 // graph inputs have their names (graph.h: input_dim_name, such as batch_size), every other size
-// is an expression of those where one is known, and a source begins with a constants block that gives the names
-// their values. So two problems that differ only in shapes get solutions that differ only in
+// is an expression of those where one is known, and a source begins with a constants block
+// that gives the names their values. So two problems that differ only in shapes get solutions that differ only in
 // that block, whose numbers stand in the problem's get_inputs() and module arguments.
 //
 // How a size that is not an input's is resolved: an op's own rule where it has one

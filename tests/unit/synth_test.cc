@@ -420,13 +420,13 @@ TEST(Generator, ProblemsUseKernelBenchsSizeNames) {
   EXPECT_NE(cp.find("\nkernel_size = 3\nstride = 2\npadding = 1\nbias = True\n"), std::string::npos) << cp;
   EXPECT_NE(cp.find("def get_init_inputs():\n    return [" + args + ", bias]"), std::string::npos) << cp;
   EXPECT_NE(cs.find("def __init__(self, " + args + ", bias=False):"), std::string::npos) << cs;
+  EXPECT_NE(cs.find("constexpr long long out_channels = "), std::string::npos) << cs;
+  EXPECT_NE(cs.find(", kernel_size = 3, stride = 2, padding = 1;"), std::string::npos) << cs;
   // Without a bias, as KernelBench's convolutions mostly are: the default, not passed.
   conv.nodes[0].p["bias"] = false;
   std::string nb = problem_source(conv, "d");
   EXPECT_NE(nb.find("def get_init_inputs():\n    return [" + args + "]"), std::string::npos) << nb;
   EXPECT_EQ(nb.find("bias = "), std::string::npos) << nb;
-  EXPECT_NE(cs.find("constexpr long long out_channels = "), std::string::npos) << cs;
-  EXPECT_NE(cs.find(", kernel_size = 3, stride = 2, padding = 1;"), std::string::npos) << cs;
   EXPECT_NE(problem("MaxPool2d").find("nn.MaxPool2d(kernel_size=kernel_size, stride="), std::string::npos)
       << problem("MaxPool2d");
   EXPECT_NE(problem("Linear").find("nn.Linear(in_features, out_features"), std::string::npos) << problem("Linear");
